@@ -1,0 +1,103 @@
+"""``python -m tfbook.bench``: time the build and forward pass of each registered construction.
+
+Chapters register their heaviest constructions with `register`; the bench runs each on the
+CPU and (when present) on CUDA, and prints build time, forward time and peak memory
+(CUDA: allocator peak; CPU: the process's peak resident set, a coarse upper bound).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+CHAPTER_MODULES = ("tfbook.foundation", "tfbook.colsym", "tfbook.turing")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """``build(device)`` returns a state that ``forward(state)`` runs; ``units`` counts work per forward."""
+
+    name: str
+    build: Callable[[torch.device], Any]
+    forward: Callable[[Any], Any]
+    units: str = ""
+    count: int = 0
+
+
+REGISTRY: dict[str, Benchmark] = {}
+
+
+def register(name: str, build: Callable[[torch.device], Any], forward: Callable[[Any], Any],
+             units: str = "", count: int = 0) -> None:
+    """Register a construction under a unique ``name`` (re-registering replaces it)."""
+    if not name:
+        raise ValueError("name must be a non-empty string")
+    REGISTRY[name] = Benchmark(name, build, forward, units, count)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_one(bench: Benchmark, device: torch.device, repeats: int = 3) -> dict[str, float]:
+    """Build once, run the forward ``repeats`` times; return seconds and peak MiB."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    state = bench.build(device)
+    _sync(device)
+    build_s = time.perf_counter() - start
+    bench.forward(state)  # warm-up
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        bench.forward(state)
+    _sync(device)
+    forward_s = (time.perf_counter() - start) / repeats
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rate = bench.count / forward_s if bench.count else float("nan")
+    return {"build_s": build_s, "forward_s": forward_s, "peak_mib": peak, "rate": rate}
+
+
+def load_chapters() -> None:
+    """Import every chapter module so that its benchmarks register themselves."""
+    for module in CHAPTER_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="run only benchmarks whose name contains this text")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    load_chapters()
+    devices = [torch.device("cpu")] + ([torch.device("cuda:0")] if torch.cuda.is_available() else [])
+    header = f"{'benchmark':44s} {'device':6s} {'build s':>9s} {'forward s':>10s} {'peak MiB':>9s}  throughput"
+    print(header)
+    print("-" * len(header))
+    for bench in REGISTRY.values():
+        if args.only not in bench.name:
+            continue
+        for device in devices:
+            r = run_one(bench, device, args.repeats)
+            rate = f"{r['rate']:.3g} {bench.units}/s" if bench.count else ""
+            print(f"{bench.name:44s} {device.type:6s} {r['build_s']:9.3f} {r['forward_s']:10.4f} {r['peak_mib']:9.1f}  {rate}")
+
+
+if __name__ == "__main__":
+    main()
