@@ -17,7 +17,7 @@ $(STAMP): requirements.txt pyproject.toml
 test: unit nbval
 
 unit: $(STAMP)
-	TFBOOK_PROFILE=quick $(PY) -m pytest -q tests
+	TFBOOK_PROFILE=quick $(PY) -m pytest -q -p no:cacheprovider tests
 
 nbval: $(STAMP)
 	TFBOOK_PROFILE=quick $(PY) -m pytest -q --nbval --nbval-current-env \

@@ -68,14 +68,19 @@ def run_one(bench: Benchmark, device: torch.device, repeats: int = 3) -> dict[st
     return {"build_s": build_s, "forward_s": forward_s, "peak_mib": peak, "rate": rate}
 
 
-def load_chapters() -> None:
-    """Import every chapter module so that its benchmarks register themselves."""
+def load_chapters() -> dict[str, Benchmark]:
+    """Import every chapter module so that its benchmarks register themselves; return the registry.
+
+    Chapters register into the module ``tfbook.bench``, which is not ``__main__`` under ``python -m``,
+    so the registry is read from the imported module.
+    """
     for module in CHAPTER_MODULES:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
+    return importlib.import_module("tfbook.bench").REGISTRY
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,12 +90,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
-    load_chapters()
+    registry = load_chapters()
     devices = [torch.device("cpu")] + ([torch.device("cuda:0")] if torch.cuda.is_available() else [])
     header = f"{'benchmark':44s} {'device':6s} {'build s':>9s} {'forward s':>10s} {'peak MiB':>9s}  throughput"
     print(header)
     print("-" * len(header))
-    for bench in REGISTRY.values():
+    for bench in registry.values():
         if args.only not in bench.name:
             continue
         for device in devices:

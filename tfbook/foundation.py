@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tfbook import bench
 from tfbook.device import DTYPE
 from tfbook.layers import Attention, Block, HeadWeights, Transformer
 from tfbook.layout import FFBuilder, Layout
@@ -137,3 +138,13 @@ def square_interp_closed_form(x: torch.Tensor, m: int) -> torch.Tensor:
 def squaring_error_bound(m: int) -> float:
     """Yarotsky's sup error 4^-(m+1) of f_m on [0, 1]."""
     return 4.0 ** -(_check_int("m", m, 0) + 1)
+
+
+def _bench_build(device: torch.device) -> tuple[SlotModel, torch.Tensor]:
+    model = build_squaring(20).to(device)
+    x = torch.rand(1, 2**20, dtype=DTYPE, device=device)
+    return model, model.embed(x=x, y=x, S=x)
+
+
+bench.register("foundation: Yarotsky squaring m=20, 2^20 points", _bench_build,
+               lambda state: state[0](state[1]), units="points", count=2**20)

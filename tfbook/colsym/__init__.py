@@ -1,0 +1,62 @@
+"""Chapter: column-symmetric polynomials with a one-head transformer (Takeshita & Imaizumi, 2025).
+
+Public API (the issue's contract):
+
+* `build_transformer(coeffs, d, n, N, L)` -> `ColsymTransformer`, ``model(X)`` for X (batch, d, n) in [0, 1]
+* `msp(T, X)`: P_T evaluated exactly
+* `theorem1_bound(coeffs, d, n, N, L)` = 8^s ||f||_inf N^-L, `paper_width(d, s, N)`, `paper_depth(s, L)`
+
+Submodules: `algebra` (the P_T basis, Lemmas 3 and 6, counts), `squaring` (Lemmas 1, 2, 7),
+`construction` (Props 1-3 and the read-out), `bounds` (eq. (4), size formulas), `verify` (sup-error search).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from tfbook import bench
+from tfbook.colsym.algebra import (canonical, count_bounds, decompose_column_symmetric, enumerate_msp,
+                                   enumerate_multi_indices, evaluate, expand, lemma3_terms, max_value, msp,
+                                   msp_bruteforce, msp_partition, term_coefficient)
+from tfbook.colsym.bounds import (impl_depth, paper_depth, paper_width, prop1_depth, prop1_width,
+                                  recursive_error_bound, sup_norm, theorem1_bound_from)
+from tfbook.colsym.construction import (ColsymTransformer, build_transformer, example1_coeffs,
+                                        parameter_count_flattened, random_coeffs, validate_coeffs)
+from tfbook.colsym.squaring import (FNN, build_product_fnn, build_square_fnn, choose_k, fnn_to_transformer,
+                                    product_error, run_converted, squaring_error)
+from tfbook.colsym.algebra import degree
+from tfbook.colsym.squaring import check_positive_int
+from tfbook.device import DTYPE
+
+
+def theorem1_bound(coeffs: Mapping, d: int, n: int, N: int, L: int, signed: bool = False) -> float:
+    """Theorem 1: sup |f - TF| <= 8^s ||f||_inf N^-L, s the degree of f and ||f||_inf = f(1).
+
+    With ``signed=True`` negative coefficients are allowed and the bound is 8^s N^-L sum |c_T| P_T(1).
+    """
+    d, n = check_positive_int("d", d), check_positive_int("n", n)
+    N, L = check_positive_int("N", N), check_positive_int("L", L)
+    c = validate_coeffs(coeffs, d, signed)
+    s = max([degree(T) for T in c] + [1])
+    return theorem1_bound_from(c, s, n, N, L, signed)
+
+
+def _bench_build(device: torch.device) -> tuple[ColsymTransformer, torch.Tensor]:
+    coeffs = example1_coeffs(2, 3)
+    model = build_transformer(coeffs, d=2, n=1024, N=4, L=4).to(device)
+    X = torch.rand(8, 2, 1024, dtype=DTYPE, device=device)
+    return model, X
+
+
+bench.register("colsym: Theorem 1, d=2 s=3 N=4 L=4, n=1024, batch 8", _bench_build,
+               lambda state: state[0](state[1]), units="inputs", count=8)
+
+__all__ = [
+    "ColsymTransformer", "FNN", "build_product_fnn", "build_square_fnn", "build_transformer", "canonical",
+    "choose_k", "count_bounds", "decompose_column_symmetric", "enumerate_msp", "enumerate_multi_indices",
+    "evaluate", "example1_coeffs", "expand", "fnn_to_transformer", "impl_depth", "lemma3_terms", "max_value",
+    "msp", "msp_bruteforce", "msp_partition", "paper_depth", "paper_width", "parameter_count_flattened",
+    "product_error", "prop1_depth", "prop1_width", "random_coeffs", "recursive_error_bound", "run_converted",
+    "squaring_error", "sup_norm", "term_coefficient", "theorem1_bound", "theorem1_bound_from",
+]
