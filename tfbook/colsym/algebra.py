@@ -205,7 +205,7 @@ def decompose_column_symmetric(poly: Mapping[Monomial, float], d: int, n: int) -
     result = {}
     for T, c in orbit_coeff.items():
         orbit = expand({T: 1}, d, n) if T else {(zero,) * n: 1}
-        if any(poly.get(A, 0) != c * v for A, v in orbit.items()):
+        if any(poly.get(A, 0) != c for A in orbit):
             raise ValueError(f"poly is not column-symmetric: the orbit of {T} is incomplete")
         result[T] = c / term_coefficient(T) if T else c
     return result
