@@ -58,13 +58,21 @@ def enumerate_multi_indices(d: int, s: int) -> list[MultiIndex]:
 
 
 def enumerate_msp(d: int, s: int) -> dict[int, list[Key]]:
-    """Canonical keys T of rank r = 1..s and degree <= s, grouped by rank."""
+    """Canonical keys T of rank r = 1..s and degree <= s, grouped by rank (multisets built with a degree budget)."""
     alphas = enumerate_multi_indices(d, s)
-    by_rank: dict[int, list[Key]] = {}
-    for r in range(1, s + 1):
-        keys = {tuple(sorted(c)) for c in itertools.combinations_with_replacement(alphas, r) if degree(c) <= s}
-        by_rank[r] = sorted(keys, key=lambda T: (degree(T), T))
-    return by_rank
+    by_rank: dict[int, list[Key]] = {r: [] for r in range(1, s + 1)}
+
+    def extend(prefix: list[MultiIndex], start: int, budget: int) -> None:
+        for i in range(start, len(alphas)):
+            cost = sum(alphas[i])
+            if cost > budget:
+                continue
+            key = prefix + [alphas[i]]
+            by_rank[len(key)].append(tuple(sorted(key)))
+            extend(key, i, budget - cost)
+
+    extend([], 0, s)
+    return {r: sorted(set(Ts), key=lambda T: (degree(T), T)) for r, Ts in by_rank.items()}
 
 
 def term_coefficient(T: Key) -> int:
