@@ -74,8 +74,11 @@ class TMLayer(nn.Module):
         self.W_3 = nn.Parameter(torch.cat([3 * eye, -3 * eye], dim=1), requires_grad=False)  # (w, 2w)
         self.b_3 = z(w)
 
-    def feed_forward(self, h: torch.Tensor, correct: bool = True) -> torch.Tensor:
+    def feed_forward(self, h: torch.Tensor, correct: bool = True, noise: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """round(relu(W_1 h + b_1) + noise); ``noise`` (B, w) models an error of the layer before its correction."""
         z = torch.relu(h @ self.W_1.T + self.b_1)  # (B, w)
+        if noise is not None:
+            z = z + noise
         if not correct:
             return z
         return torch.relu(torch.relu(z @ self.W_2.T + self.b_2) @ self.W_3.T + self.b_3)
@@ -174,8 +177,8 @@ class TMTransformer(nn.Module):
                       noise: float = 0.0, noise_seed: int = 0, record: bool = False, device=None) -> Trace:
         """Run the decoder for t = 0..T on a batch of inputs; returns every o_t (and optional attention scores).
 
-        ``noise`` adds uniform noise in [-noise, noise] after every layer's feed-forward output (the
-        correction radius test); ``attention="softmax"`` replaces hard attention by softmax(beta * scores).
+        ``noise`` adds uniform noise in [-noise, noise] to every layer's output before its correction (the
+        correction-radius test of Def. D.1); ``attention="softmax"`` replaces hard attention by softmax(beta * scores).
         """
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
@@ -205,9 +208,8 @@ class TMTransformer(nn.Module):
                 if active[i][1]:
                     h = self._attend(lay.enc, h, enc_keys[i], enc_vals[i], enc_mask, attention, beta,
                                      scores.get((name, "enc")) if record else None)
-                h = lay.feed_forward(h, correct)
-                if noise > 0:
-                    h = h + (torch.rand(h.shape, generator=gen, dtype=DTYPE) * 2 - 1).to(device) * noise
+                eps = (torch.rand(h.shape, generator=gen, dtype=DTYPE) * 2 - 1).to(device) * noise if noise > 0 else None
+                h = lay.feed_forward(h, correct, eps)
             outputs.append(h)
         outs = torch.stack(outputs, 1)
         return Trace(outs.cpu(), torch.stack(writes, 1).cpu(), scores, (outs[:, -1] @ self.theta_cls).cpu())

@@ -1,0 +1,41 @@
+"""Chapter: statistically meaningful approximation, Boolean circuits and Turing machines (Wei, Chen & Ma, 2022).
+
+Public API (the issue's contract):
+
+* `TuringMachine(delta, initial, accept, reject=(), blank="_")`, ``tm.run(x, T)`` -> `RunResult`
+* `build_transformer(tm, T)` -> `TMTransformer` with ``run(x)``, ``run_batch(xs)``, ``width``, ``num_layers``,
+  ``num_parameters()``, ``l1_norm()``
+* `Circuit(num_inputs, layers)`, `build_circuit_network(circuit)`
+
+Submodules: `machine` (simulator, catalog), `transformer` (Appendix C construction), `circuits`
+(Lemma B.1, Prop 3.4), `margin` (all-layer margins), `learning` (Section 3's illustration).
+"""
+from __future__ import annotations
+
+import torch
+
+from tfbook import bench
+from tfbook.turing.circuits import (Circuit, CircuitNetwork, all_inputs, build_circuit_network, l1_formula,
+                                    random_circuit)
+from tfbook.turing.machine import (CATALOG, CATALOG_SYMBOLS, RunResult, TuringMachine, all_strings, balanced, copy,
+                                   increment, palindrome, parity, random_tm)
+from tfbook.turing.margin import (flip_radius, random_direction, toy_margin_closed_form, toy_margin_numeric,
+                                  toy_output)
+from tfbook.turing.transformer import TMTransformer, binary, build_transformer, position_bits, tm_layout
+
+
+def _bench_build(device: torch.device):
+    tm = palindrome()
+    model = build_transformer(tm, 64, device=device)
+    return model, all_strings("01", 5)[:32]
+
+
+bench.register("turing: palindrome transformer, T=64, batch 32", _bench_build,
+               lambda state: state[0].forward_trace(state[1]), units="steps x inputs", count=64 * 32)
+
+__all__ = [
+    "CATALOG", "CATALOG_SYMBOLS", "Circuit", "CircuitNetwork", "RunResult", "TMTransformer", "TuringMachine",
+    "all_inputs", "all_strings", "balanced", "binary", "build_circuit_network", "build_transformer", "copy",
+    "flip_radius", "increment", "l1_formula", "palindrome", "parity", "position_bits", "random_circuit",
+    "random_direction", "random_tm", "tm_layout", "toy_margin_closed_form", "toy_margin_numeric", "toy_output",
+]

@@ -1,0 +1,208 @@
+"""Boolean circuits and the ReLU networks that compute them (Wei, Chen & Ma, Lemma B.1, Prop 3.4).
+
+Each circuit layer becomes a gate block f(h) = relu(W_2 relu(W_1 h + b_1) + b_2), one row per gate:
+
+    AND  relu(a + b - 1)        OR  1 - relu(1 - a - b)        NOT  relu(1 - a)        ID  relu(a)
+
+and every block but the last is followed by the correction round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3)
+= clip(3z - 1, 0, 1) (the paper's "3x - 1" is a typo for 3z - 1), two more ReLU layers that snap any
+value within 1/3 of a bit back to the bit. The read-out is F = 2 h_out - 1 in {-1, +1}.
+"""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from tfbook.device import DTYPE
+
+OPS = {"AND": 2, "OR": 2, "NOT": 1, "ID": 1}
+GATE_L1 = {"AND": 4, "OR": 5, "NOT": 3, "ID": 2}
+
+
+class Circuit:
+    """``layers[i]`` is a list of gates (op, parents); parents index the previous layer (layer 0 = inputs)."""
+
+    def __init__(self, num_inputs: int, layers: Sequence[Sequence[tuple[str, tuple[int, ...]]]]):
+        if isinstance(num_inputs, bool) or not isinstance(num_inputs, int) or num_inputs < 1:
+            raise ValueError(f"num_inputs must be an int >= 1, got {num_inputs!r}")
+        if len(layers) == 0:
+            raise ValueError("layers must contain at least one layer of gates")
+        width = num_inputs
+        for i, layer in enumerate(layers, start=1):
+            if len(layer) == 0:
+                raise ValueError(f"layer {i} has no gates")
+            for gate in layer:
+                if not (isinstance(gate, (tuple, list)) and len(gate) == 2):
+                    raise ValueError(f"gate {gate!r} in layer {i} must be (op, parents)")
+                op, parents = gate
+                if op not in OPS:
+                    raise ValueError(f"op {op!r} in layer {i} must be one of {sorted(OPS)}")
+                parents = tuple(parents)
+                if len(parents) != OPS[op]:
+                    raise ValueError(f"{op} in layer {i} needs {OPS[op]} parent(s), got {parents!r}")
+                if any(isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < width for p in parents):
+                    raise ValueError(f"parents {parents!r} in layer {i} must index the previous layer (0..{width - 1})")
+            width = len(layer)
+        if len(layers[-1]) != 1:
+            raise ValueError(f"the last layer must have exactly one gate (the output), got {len(layers[-1])}")
+        self.num_inputs = num_inputs
+        self.layers = [[(op, tuple(p)) for op, p in layer] for layer in layers]
+
+    @property
+    def size(self) -> int:
+        return sum(len(layer) for layer in self.layers)
+
+    @property
+    def width(self) -> int:
+        return max([self.num_inputs] + [len(layer) for layer in self.layers])
+
+    def evaluate(self, X: torch.Tensor) -> torch.Tensor:
+        """Reference evaluation with Boolean logic: (batch, num_inputs) 0/1 -> (batch,) 0/1."""
+        h = torch.as_tensor(X).bool()
+        for layer in self.layers:
+            cols = []
+            for op, p in layer:
+                if op == "AND":
+                    cols.append(h[:, p[0]] & h[:, p[1]])
+                elif op == "OR":
+                    cols.append(h[:, p[0]] | h[:, p[1]])
+                elif op == "NOT":
+                    cols.append(~h[:, p[0]])
+                else:
+                    cols.append(h[:, p[0]])
+            h = torch.stack(cols, 1)
+        return h[:, 0].long()
+
+
+def _random_layers(num_inputs: int, depth: int, width: int, rng: random.Random) -> list:
+    layers, prev = [], num_inputs
+    for i in range(depth):
+        layer = []
+        for _ in range(1 if i == depth - 1 else width):
+            op = rng.choice(["AND", "OR", "AND", "OR", "NOT"])
+            layer.append((op, tuple(rng.sample(range(prev), OPS[op])) if prev >= OPS[op] else (0,) * OPS[op]))
+        layers.append(layer)
+        prev = len(layer)
+    return layers
+
+
+def relevant_inputs(circuit: Circuit) -> int:
+    """Number of inputs whose flip changes the output on some input."""
+    X = all_inputs(circuit.num_inputs)
+    y = circuit.evaluate(X)
+    return sum(bool((circuit.evaluate(X.clone().index_fill_(1, torch.tensor([i]), 0))
+                     != circuit.evaluate(X.clone().index_fill_(1, torch.tensor([i]), 1))).any())
+               for i in range(circuit.num_inputs)) if len(y) else 0
+
+
+def random_circuit(num_inputs: int, depth: int, width: int, seed: int = 0, balance: tuple[float, float] = (0.35, 0.65),
+                   min_relevant: int = 0, max_tries: int = 10_000) -> Circuit:
+    """A random layered circuit (``depth`` gate layers of ``width`` gates, one output gate), rejection-sampled so
+    that the fraction of inputs mapped to 1 lies in ``balance`` and at least ``min_relevant`` inputs matter."""
+    if depth < 1 or width < 1:
+        raise ValueError(f"depth and width must be >= 1, got {depth}, {width}")
+    rng = random.Random(seed)
+    X = all_inputs(num_inputs)
+    for _ in range(max_tries):
+        circuit = Circuit(num_inputs, _random_layers(num_inputs, depth, width, rng))
+        frac = float(circuit.evaluate(X).float().mean())
+        if balance[0] <= frac <= balance[1] and relevant_inputs(circuit) >= min_relevant:
+            return circuit
+    raise ValueError(f"no circuit with balance {balance} and {min_relevant} relevant inputs in {max_tries} tries")
+
+
+class CircuitNetwork(nn.Module):
+    """ReLU network of Lemma B.1 with Prop 3.4's corrections; ``forward`` maps 0/1 inputs to F = 2G - 1.
+
+    Gate block i has parameters (W_1, b_1, W_2, b_2); every block but the last is followed by a correction
+    with parameters C_1 = [I; I], c_1 = [-1/3; -2/3], C_2 = [3I, -3I], counted in `l1_norm`.
+    """
+
+    def __init__(self, blocks: list[tuple[torch.Tensor, ...]], readout: tuple[torch.Tensor, torch.Tensor]):
+        super().__init__()
+        self.params = nn.ParameterList()
+        self.num_blocks = len(blocks)
+        for i, tensors in enumerate(blocks):
+            n = tensors[0].shape[0]
+            eye = torch.eye(n, dtype=DTYPE)
+            correction = (torch.cat([eye, eye]), torch.cat([torch.full((n,), -1 / 3, dtype=DTYPE), torch.full((n,), -2 / 3, dtype=DTYPE)]),
+                          torch.cat([3 * eye, -3 * eye], dim=1))
+            for t in tuple(tensors) + (correction if i < self.num_blocks - 1 else ()):
+                self.params.append(nn.Parameter(t, requires_grad=False))
+        self.W_out = nn.Parameter(readout[0], requires_grad=False)
+        self.b_out = nn.Parameter(readout[1], requires_grad=False)
+
+    def block(self, i: int) -> tuple[torch.Tensor, ...]:
+        """(W_1, b_1, W_2, b_2) of block i, followed by (C_1, c_1, C_2) when block i is corrected."""
+        start = 7 * i
+        return tuple(self.params[start: start + (7 if i < self.num_blocks - 1 else 4)])
+
+    @property
+    def num_relu_layers(self) -> int:
+        return 2 * self.num_blocks + 2 * (self.num_blocks - 1)
+
+    def l1_norm(self) -> float:
+        return float(sum(p.abs().sum() for p in self.parameters()))
+
+    def forward(self, X: torch.Tensor, block_noise: float = 0.0, correct: bool = True, return_hidden: bool = False):
+        """``block_noise``: push every corrected block's output that far towards 1/2 (the adversarial direction)
+        before its correction; ``correct=False`` skips the corrections."""
+        h = torch.as_tensor(X, dtype=DTYPE)
+        hidden = []
+        for i in range(self.num_blocks):
+            W1, b1, W2, b2, *corr = self.block(i)
+            h = torch.relu(torch.relu(h @ W1.T + b1) @ W2.T + b2)  # (batch, gates)
+            if corr:
+                if block_noise:
+                    h = h + float(block_noise) * (1 - 2 * h.round())
+                if correct:
+                    C1, c1, C2 = corr
+                    h = torch.relu(torch.relu(h @ C1.T + c1) @ C2.T)
+            hidden.append(h)
+        out = (h @ self.W_out.T + self.b_out)[:, 0]
+        return (out, hidden) if return_hidden else out
+
+
+def build_circuit_network(circuit: Circuit) -> CircuitNetwork:
+    """Lemma B.1 gate blocks, corrections after every block but the last, read-out 2 h - 1."""
+    if not isinstance(circuit, Circuit):
+        raise ValueError(f"circuit must be a Circuit, got {type(circuit).__name__}")
+    blocks, prev = [], circuit.num_inputs
+    for layer in circuit.layers:
+        n = len(layer)
+        W1, b1 = torch.zeros(n, prev, dtype=DTYPE), torch.zeros(n, dtype=DTYPE)
+        W2, b2 = torch.zeros(n, n, dtype=DTYPE), torch.zeros(n, dtype=DTYPE)
+        for g, (op, p) in enumerate(layer):
+            if op == "AND":
+                W1[g, p[0]] += 1
+                W1[g, p[1]] += 1
+                b1[g], W2[g, g] = -1, 1
+            elif op == "OR":
+                W1[g, p[0]] -= 1
+                W1[g, p[1]] -= 1
+                b1[g], W2[g, g], b2[g] = 1, -1, 1
+            elif op == "NOT":
+                W1[g, p[0]] = -1
+                b1[g], W2[g, g] = 1, 1
+            else:
+                W1[g, p[0]] = 1
+                W2[g, g] = 1
+        blocks.append((W1, b1, W2, b2))
+        prev = n
+    readout = (torch.tensor([[2.0]], dtype=DTYPE), torch.tensor([-1.0], dtype=DTYPE))
+    return CircuitNetwork(blocks, readout)
+
+
+def l1_formula(circuit: Circuit) -> float:
+    """Sum of gate costs (AND 4, OR 5, NOT 3, ID 2) + 9 per corrected gate + 3 for the read-out."""
+    corrected = sum(len(layer) for layer in circuit.layers[:-1])
+    return sum(GATE_L1[op] for layer in circuit.layers for op, _ in layer) + 9 * corrected + 3
+
+
+def all_inputs(m: int) -> torch.Tensor:
+    """All 2^m 0/1 vectors, (2^m, m)."""
+    idx = torch.arange(2**m)
+    return ((idx.unsqueeze(1) >> torch.arange(m - 1, -1, -1)) & 1).to(DTYPE)

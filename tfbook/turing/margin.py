@@ -1,0 +1,93 @@
+"""All-layer margins (Wei, Chen & Ma, Section 2): the toy product example, exactly, and flip radii.
+
+The all-layer margin rho(theta, x, y) = min ||delta||_2 such that (y - 1/2) F(x, theta + delta) <= 0.
+For the toy product f(W) = (prod_i W_i) x - 1/2 at W = 1, x = y = 1, the minimiser is symmetric,
+delta_i = 2^(-1/d) - 1, so rho_f = sqrt(d) (1 - 2^(-1/d)) -> ln 2 / sqrt(d). Inserting round(z) =
+clip(3z - 1, 0, 1) after every factor (f~) keeps rho >= 1/3 for every d (Claim 3.5).
+Margins of large networks cannot be computed exactly: random-direction flip radii are upper bounds.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from scipy.optimize import minimize
+
+from tfbook.device import DTYPE
+
+
+def round_fn(z):
+    """round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3) = clip(3z - 1, 0, 1)."""
+    return np.clip(3 * np.asarray(z) - 1, 0.0, 1.0)
+
+
+def toy_margin_closed_form(d: int) -> float:
+    """rho_f = sqrt(d) (1 - 2^(-1/d)) for f(W) = prod W_i - 1/2 at W = 1."""
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d must be an int >= 1, got {d!r}")
+    return math.sqrt(d) * (1 - 2 ** (-1 / d))
+
+
+def toy_output(delta: np.ndarray, rounded: bool) -> float:
+    h = 1.0
+    for di in delta:
+        h = (1 + di) * h
+        if rounded:
+            h = float(round_fn(h))
+    return h - 0.5
+
+
+def toy_margin_numeric(d: int, rounded: bool = False, starts: int = 40, seed: int = 0) -> float:
+    """min ||delta|| s.t. toy_output(delta) <= 0, by SLSQP from many random starts (an upper bound on rho).
+
+    For the rounded product, any |delta_i| < 1/3 is erased by the next rounding, so the search runs over the
+    last two factors only (the others held at 0); the plain product is searched over all d factors.
+    """
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d must be an int >= 1, got {d!r}")
+    free = min(d, 2) if rounded else d
+    rng = np.random.default_rng(seed)
+    full = lambda v: np.concatenate([np.zeros(d - free), v])  # noqa: E731
+    best = math.inf
+    for _ in range(starts):
+        x0 = -rng.uniform(0, 1.0, free)
+        res = minimize(lambda v: float(v @ v), x0, method="SLSQP",
+                       constraints=[{"type": "ineq", "fun": lambda v: -toy_output(full(v), rounded)}],
+                       options={"maxiter": 300, "ftol": 1e-12})
+        if toy_output(full(res.x), rounded) <= 1e-9:
+            best = min(best, float(np.linalg.norm(res.x)))
+    return best
+
+
+def random_direction(params: Sequence[torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """A uniformly random unit direction (global L2 norm 1) over the given parameters."""
+    gen = torch.Generator().manual_seed(seed)
+    dirs = [torch.randn(p.shape, generator=gen, dtype=DTYPE) for p in params]
+    norm = math.sqrt(sum(float((d**2).sum()) for d in dirs))
+    return [d / norm for d in dirs]
+
+
+def flip_radius(model: torch.nn.Module, names: Sequence[str], changed: Callable[[torch.nn.Module], bool],
+                seed: int, lo: float = 1e-12, hi: float = 1e3, iters: int = 14) -> float:
+    """Smallest radius r (bisection on a log scale) with ``changed(model + r u)`` for a random unit direction u
+    over the parameters ``names``. An upper bound on the all-layer margin of the inputs ``changed`` checks."""
+    params = dict(model.named_parameters())
+    direction = random_direction([params[n] for n in names], seed)
+
+    def flips(r: float) -> bool:
+        perturbed = copy.deepcopy(model)
+        pp = dict(perturbed.named_parameters())
+        with torch.no_grad():
+            for n, d in zip(names, direction):
+                pp[n].add_(r * d.to(pp[n].device))
+        return changed(perturbed)
+
+    if not flips(hi):
+        return math.inf
+    for _ in range(iters):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if flips(mid) else (mid, hi)
+    return hi
