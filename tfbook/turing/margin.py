@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from scipy.optimize import minimize
+from scipy.optimize import minimize, minimize_scalar
 
 from tfbook.device import DTYPE
 
@@ -40,24 +40,33 @@ def toy_output(delta: np.ndarray, rounded: bool) -> float:
     return h - 0.5
 
 
-def toy_margin_numeric(d: int, rounded: bool = False, starts: int = 40, seed: int = 0) -> float:
-    """min ||delta|| s.t. toy_output(delta) <= 0, by SLSQP from many random starts (an upper bound on rho).
+def toy_margin_numeric(d: int, rounded: bool = False, starts: int = 20, seed: int = 0) -> float:
+    """min ||delta|| s.t. toy_output(delta) <= 0, found numerically (an upper bound on rho).
 
-    For the rounded product, any |delta_i| < 1/3 is erased by the next rounding, so the search runs over the
-    last two factors only (the others held at 0); the plain product is searched over all d factors.
+    Plain product: SLSQP over all d factors with analytic gradients, from random starts. Rounded product:
+    any |delta_i| < 1/3 is erased by the next rounding and unperturbed factors stay exactly 1, so we search
+    the last two factors (a, b): either a <= -1/2 alone, or (1 + a)(2 + 3b) = 1/2 with b in (-2/3, -1/3),
+    a one-dimensional minimisation; the value is the same for every d >= 2.
     """
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
         raise ValueError(f"d must be an int >= 1, got {d!r}")
-    free = min(d, 2) if rounded else d
+    if rounded:
+        if d == 1:
+            return 0.5
+        a_of = lambda b: 0.5 / (2 + 3 * b) - 1  # noqa: E731
+        res = minimize_scalar(lambda b: a_of(b) ** 2 + b**2, bounds=(-2 / 3 + 1e-9, -1 / 3), method="bounded",
+                              options={"xatol": 1e-12})
+        b = float(res.x)
+        assert toy_output(np.array([0.0] * (d - 2) + [b, a_of(b) - 1e-12]), True) <= 0
+        return min(0.5, math.hypot(a_of(b), b))
     rng = np.random.default_rng(seed)
-    full = lambda v: np.concatenate([np.zeros(d - free), v])  # noqa: E731
+    constraint = {"type": "ineq", "fun": lambda v: 0.5 - float(np.prod(1 + v)),
+                  "jac": lambda v: -float(np.prod(1 + v)) / (1 + v)}
     best = math.inf
     for _ in range(starts):
-        x0 = -rng.uniform(0, 1.0, free)
-        res = minimize(lambda v: float(v @ v), x0, method="SLSQP",
-                       constraints=[{"type": "ineq", "fun": lambda v: -toy_output(full(v), rounded)}],
-                       options={"maxiter": 300, "ftol": 1e-12})
-        if toy_output(full(res.x), rounded) <= 1e-9:
+        res = minimize(lambda v: float(v @ v), -rng.uniform(0, 1.0, d), jac=lambda v: 2 * v, method="SLSQP",
+                       constraints=[constraint], options={"maxiter": 200, "ftol": 1e-12})
+        if toy_output(res.x, False) <= 1e-9:
             best = min(best, float(np.linalg.norm(res.x)))
     return best
 
