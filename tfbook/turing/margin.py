@@ -8,7 +8,6 @@ Margins of large networks cannot be computed exactly: random-direction flip radi
 """
 from __future__ import annotations
 
-import copy
 import math
 from typing import Callable, Sequence
 
@@ -82,17 +81,23 @@ def random_direction(params: Sequence[torch.Tensor], seed: int) -> list[torch.Te
 def flip_radius(model: torch.nn.Module, names: Sequence[str], changed: Callable[[torch.nn.Module], bool],
                 seed: int, lo: float = 1e-12, hi: float = 1e3, iters: int = 14) -> float:
     """Smallest radius r (bisection on a log scale) with ``changed(model + r u)`` for a random unit direction u
-    over the parameters ``names``. An upper bound on the all-layer margin of the inputs ``changed`` checks."""
+    over the parameters ``names``. An upper bound on the all-layer margin of the inputs ``changed`` checks.
+    The model is perturbed in place and restored exactly afterwards."""
     params = dict(model.named_parameters())
-    direction = random_direction([params[n] for n in names], seed)
+    chosen = [params[n] for n in names]
+    direction = [d.to(p.device) for d, p in zip(random_direction(chosen, seed), chosen)]
+    originals = [p.detach().clone() for p in chosen]
 
     def flips(r: float) -> bool:
-        perturbed = copy.deepcopy(model)
-        pp = dict(perturbed.named_parameters())
         with torch.no_grad():
-            for n, d in zip(names, direction):
-                pp[n].add_(r * d.to(pp[n].device))
-        return changed(perturbed)
+            for p, o, d in zip(chosen, originals, direction):
+                p.copy_(o + r * d)
+        try:
+            return changed(model)
+        finally:
+            with torch.no_grad():
+                for p, o in zip(chosen, originals):
+                    p.copy_(o)
 
     if not flips(hi):
         return math.inf

@@ -92,6 +92,7 @@ class Trace:
     writes: torch.Tensor  # (B, T+1, w): the state entering layer C0 (holds u_t and Bin(l_{t-1}))
     scores: dict  # (layer name, "dec"|"enc") -> list over t of (B, 1 + keys) score tensors (when recorded)
     F: torch.Tensor  # (B,) theta_cls . o_T
+    layer_states: Optional[torch.Tensor] = None  # (B, T+1, num_layers, w): each layer's output (when recorded)
 
 
 class TMTransformer(nn.Module):
@@ -137,7 +138,7 @@ class TMTransformer(nn.Module):
         v[self.layout["pos1"]] = torch.tensor(binary(t, self.P), dtype=DTYPE, device=device)
         return v
 
-    def encode(self, xs: Sequence[str], device) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, xs: Sequence[str], device, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder outputs (B, M, w) for the first T+1 cells (all the head can reach) and a (B, M) validity mask."""
         index = {a: i for i, a in enumerate(self.alphabet)}
         for x in xs:
@@ -146,7 +147,7 @@ class TMTransformer(nn.Module):
             bad = sorted(set(x) - set(index))
             if bad:
                 raise ValueError(f"input symbols {bad} are outside the alphabet {self.alphabet}")
-        M = max([min(len(x), self.T + 1) for x in xs] + [1])
+        M = max([min(len(x), T + 1) for x in xs] + [1])
         e = torch.zeros(len(xs), M, self.w, dtype=DTYPE, device=device)
         mask = torch.zeros(len(xs), M, dtype=torch.bool, device=device)
         for b, x in enumerate(xs):
@@ -173,18 +174,29 @@ class TMTransformer(nn.Module):
             weights = torch.softmax(beta * scores, dim=1)
         return h + torch.einsum("bn,bnw->bw", weights, vals)
 
+    @property
+    def max_horizon(self) -> int:
+        """The longest horizon these weights simulate: 2T + 1 < 2^P."""
+        return (2**self.P - 2) // 2
+
     def forward_trace(self, xs: Sequence[str], attention: str = "hard", beta: float = 1.0, correct: bool = True,
-                      noise: float = 0.0, noise_seed: int = 0, record: bool = False, device=None) -> Trace:
+                      noise: float = 0.0, noise_seed: int = 0, record: bool = False, device=None,
+                      horizon: Optional[int] = None) -> Trace:
         """Run the decoder for t = 0..T on a batch of inputs; returns every o_t (and optional attention scores).
+
+        ``horizon`` runs the same weights for another number of steps (up to `max_horizon`).
 
         ``noise`` adds uniform noise in [-noise, noise] to every layer's output before its correction (the
         correction-radius test of Def. D.1); ``attention="softmax"`` replaces hard attention by softmax(beta * scores).
         """
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+        T = self.T if horizon is None else horizon
+        if isinstance(T, bool) or not isinstance(T, int) or not 1 <= T <= self.max_horizon:
+            raise ValueError(f"horizon must be an int in [1, {self.max_horizon}], got {horizon!r}")
         device = device or self.E.device
         gen = torch.Generator(device="cpu").manual_seed(noise_seed)
-        enc, enc_mask = self.encode(xs, device)
+        enc, enc_mask = self.encode(xs, device, T)
         enc_keys = [enc @ lay.enc.W_K.T + lay.enc.b_K for lay in self.layers]
         enc_vals = [enc @ lay.enc.W_V.T + lay.enc.b_V for lay in self.layers]
         active = [(lay.dec.active, lay.enc.active) for lay in self.layers]
@@ -192,9 +204,9 @@ class TMTransformer(nn.Module):
         dec_keys = [torch.zeros(B, 0, self.d_k, dtype=DTYPE, device=device) for _ in range(L)]
         dec_vals = [torch.zeros(B, 0, self.w, dtype=DTYPE, device=device) for _ in range(L)]
         scores = {(name, kind): [] for name in self.layer_names for kind in ("dec", "enc")} if record else {}
-        outputs, writes = [], []
+        outputs, writes, per_layer = [], [], []
         h = self.h0.expand(B, -1).clone()
-        for t in range(self.T + 1):
+        for t in range(T + 1):
             if t > 0:
                 h = outputs[-1] + self._beta(t, device)
             for i, (lay, name) in enumerate(zip(self.layers, self.layer_names)):
@@ -210,13 +222,16 @@ class TMTransformer(nn.Module):
                                      scores.get((name, "enc")) if record else None)
                 eps = (torch.rand(h.shape, generator=gen, dtype=DTYPE) * 2 - 1).to(device) * noise if noise > 0 else None
                 h = lay.feed_forward(h, correct, eps)
+                if record:
+                    per_layer.append(h.cpu())
             outputs.append(h)
         outs = torch.stack(outputs, 1)
-        return Trace(outs.cpu(), torch.stack(writes, 1).cpu(), scores, (outs[:, -1] @ self.theta_cls).cpu())
+        states = torch.stack(per_layer, 1).reshape(B, T + 1, L, self.w) if record else None
+        return Trace(outs.cpu(), torch.stack(writes, 1).cpu(), scores, (outs[:, -1] @ self.theta_cls).cpu(), states)
 
     def decode(self, xs: Sequence[str], trace: Trace) -> list[RunResult]:
         """Read states, heads, the accept bit and the final tape from the hidden states (never from a machine)."""
-        lay, P, T = self.layout, self.P, self.T
+        lay, P, T = self.layout, self.P, trace.outputs.shape[1] - 1
         weights = torch.tensor([2 ** (P - 1 - k) for k in range(P)], dtype=DTYPE)
         st = trace.outputs[..., lay["st"]].argmax(-1)  # (B, T+1)
         cells = (trace.outputs[..., lay["pos2"]].round() @ weights).long()  # (B, T+1) mod 2^P
