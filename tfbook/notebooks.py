@@ -19,7 +19,7 @@ def execute(path: pathlib.Path, timeout: int = 1800) -> float:
     if path.suffix != ".ipynb" or not path.exists():
         raise ValueError(f"path must be an existing .ipynb file, got {str(path)!r}")
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True, record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     client.execute()
