@@ -206,3 +206,14 @@ def test_degree_one_is_exact_and_constant():
     X = torch.randint(0, 16, (8, 2, 4), dtype=F64) / 16
     assert torch.equal(model(X), cs.evaluate(coeffs, X))
     assert model.depth == 1
+
+
+def test_symbolic_msp_matches_numeric():
+    syms = sympy.symbols("a0:6")
+    cols = [syms[2 * i:2 * i + 2] for i in range(3)]
+    T = ((0, 1), (1, 0))
+    expr = cs.msp_symbolic(T, cols)
+    X = torch.rand(2, 3, dtype=F64)
+    value = float(expr.subs({s: float(X[k % 2, k // 2]) for k, s in enumerate(syms)}))
+    assert value == pytest.approx(float(cs.msp(T, X)), rel=1e-12)
+    assert cs.msp_symbolic(((1, 0),) * 4, cols) == 0

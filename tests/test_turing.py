@@ -140,3 +140,16 @@ def test_bad_input():
         tg.Circuit(2, [[("NOT", (5,))]])
     with pytest.raises(ValueError, match="op 'XOR'"):
         tg.Circuit(2, [[("XOR", (0, 1))]])
+
+
+def test_history_helpers_and_transformer_tape_over_time():
+    from tfbook.turing.machine import last_writes
+
+    tm = tg.palindrome()
+    run = tm.run("0110", 12)
+    history = tm.tape_history("0110", 12)
+    assert len(history) == 13 and history[-1] == run.tape and history[0] == {1: "0", 2: "1", 3: "1", 4: "0"}
+    assert last_writes([1, 2, 3, 2, 1, 0]) == [None, None, None, 2, 1, 0]
+    model = tg.build_transformer(tm, 12, device="cpu")
+    trace = model.forward_trace(["0110"])
+    assert all(model.tape_after("0110", trace, 0, t) == history[t] for t in range(13))

@@ -18,7 +18,7 @@ import torch
 from tfbook import bench
 from tfbook.colsym.algebra import (canonical, count_bounds, decompose_column_symmetric, enumerate_msp,
                                    enumerate_multi_indices, evaluate, expand, lemma3_terms, max_value, msp,
-                                   msp_bruteforce, msp_partition, term_coefficient)
+                                   msp_bruteforce, msp_partition, msp_symbolic, term_coefficient)
 from tfbook.colsym.bounds import (impl_depth, paper_depth, paper_width, prop1_depth, prop1_width,
                                   recursive_error_bound, sup_norm, theorem1_bound_from)
 from tfbook.colsym.construction import (ColsymTransformer, build_transformer, example1_coeffs,
@@ -56,7 +56,7 @@ __all__ = [
     "ColsymTransformer", "FNN", "build_product_fnn", "build_square_fnn", "build_transformer", "canonical",
     "choose_k", "count_bounds", "decompose_column_symmetric", "enumerate_msp", "enumerate_multi_indices",
     "evaluate", "example1_coeffs", "expand", "fnn_to_transformer", "impl_depth", "lemma3_terms", "max_value",
-    "msp", "msp_bruteforce", "msp_partition", "paper_depth", "paper_width", "parameter_count_flattened",
+    "msp", "msp_bruteforce", "msp_partition", "msp_symbolic", "paper_depth", "paper_width", "parameter_count_flattened",
     "product_error", "prop1_depth", "prop1_width", "random_coeffs", "recursive_error_bound", "run_converted",
     "squaring_error", "sup_norm", "term_coefficient", "theorem1_bound", "theorem1_bound_from",
 ]

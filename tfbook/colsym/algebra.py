@@ -157,6 +157,17 @@ def msp_partition(T: Key, X: torch.Tensor) -> torch.Tensor:
     return total
 
 
+def msp_symbolic(T: Key, columns: Sequence[Sequence]) -> "sympy.Expr":
+    """P_T over symbolic columns (a list of n length-d tuples of sympy symbols), by its definition."""
+    import sympy
+
+    n = len(columns)
+    if len(T) > n:
+        return sympy.Integer(0)
+    return sum(math.prod(math.prod(c**a for c, a in zip(columns[i], alpha)) for i, alpha in zip(idx, T))
+               for idx in itertools.permutations(range(n), len(T)))
+
+
 def msp(T: Iterable[Sequence[int]], X: torch.Tensor) -> torch.Tensor:
     """P_T(X) for X of shape (d, n) or (batch, d, n): brute force when n^r is small, else partitions."""
     X = _as_batch(X)

@@ -104,11 +104,27 @@ class TuringMachine:
             heads.append(head)
         return RunResult(z in self.accept, states, heads, tape, self.blank)
 
+    def tape_history(self, x: str, T: int) -> list[dict[int, str]]:
+        """The tape before step 1 and after each of the T steps (T+1 dicts)."""
+        run = self.run(x, T)
+        tape = {i + 1: s for i, s in enumerate(x)}
+        history = [dict(tape)]
+        for t in range(T):
+            tape[run.heads[t]] = self.delta[(run.states[t], tape.get(run.heads[t], self.blank))][1]
+            history.append(dict(tape))
+        return history
+
     def runtime(self, x: str, limit: int) -> int:
         """Steps until a terminal state is entered (``limit`` if none is reached by then)."""
         terminal = self.accept | self.reject
         states = self.run(x, limit).states
         return next((t for t, z in enumerate(states) if z in terminal), limit)
+
+
+def last_writes(heads: Sequence[int]) -> list[int | None]:
+    """For each step t, i' = max{t' <= t : l_{t'-1} = l_t} with l_{-1} = 0 (the pre-step writes cell 0), or None."""
+    previous = [0] + list(heads[:-1])  # l_{t'-1} for t' = 0..T
+    return [max((tp for tp in range(t + 1) if previous[tp] == heads[t]), default=None) for t in range(len(heads))]
 
 
 def all_strings(symbols: Sequence[str], max_len: int) -> list[str]:

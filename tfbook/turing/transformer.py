@@ -229,23 +229,35 @@ class TMTransformer(nn.Module):
         states = torch.stack(per_layer, 1).reshape(B, T + 1, L, self.w) if record else None
         return Trace(outs.cpu(), torch.stack(writes, 1).cpu(), scores, (outs[:, -1] @ self.theta_cls).cpu(), states)
 
+    def _cells(self, bits: torch.Tensor, T: int) -> torch.Tensor:
+        """Signed cell indices from Bin(l mod 2^P) (..., P): codes above T+1 are negative cells."""
+        weights = torch.tensor([2 ** (self.P - 1 - k) for k in range(self.P)], dtype=DTYPE)
+        cells = (bits.round() @ weights).long()
+        return torch.where(cells > T + 1, cells - 2**self.P, cells)
+
+    def write_log(self, trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cells, symbol indices), each (B, T+1): position t >= 1 wrote symbol u_t into cell l_{t-1}."""
+        T = trace.outputs.shape[1] - 1
+        return self._cells(trace.writes[..., self.layout["pos2"]], T), trace.writes[..., self.layout["sym2"]].argmax(-1)
+
+    def tape_after(self, x: str, trace: Trace, b: int, t: int) -> dict[int, str]:
+        """The tape of input ``x`` (batch row ``b``) after t steps, from the transformer's write log."""
+        cells, syms = self.write_log(trace)
+        tape = {i + 1: s for i, s in enumerate(x)}
+        for s in range(1, t + 1):  # position 0 is the pre-step's blank write into cell 0
+            tape[int(cells[b, s])] = self.alphabet[int(syms[b, s])]
+        return tape
+
     def decode(self, xs: Sequence[str], trace: Trace) -> list[RunResult]:
         """Read states, heads, the accept bit and the final tape from the hidden states (never from a machine)."""
-        lay, P, T = self.layout, self.P, trace.outputs.shape[1] - 1
-        weights = torch.tensor([2 ** (P - 1 - k) for k in range(P)], dtype=DTYPE)
-        st = trace.outputs[..., lay["st"]].argmax(-1)  # (B, T+1)
-        cells = (trace.outputs[..., lay["pos2"]].round() @ weights).long()  # (B, T+1) mod 2^P
-        heads = torch.where(cells > T + 1, cells - 2**P, cells)
-        w_cells = (trace.writes[..., lay["pos2"]].round() @ weights).long()
-        w_cells = torch.where(w_cells > T + 1, w_cells - 2**P, w_cells)
-        w_syms = trace.writes[..., lay["sym2"]].argmax(-1)
+        T = trace.outputs.shape[1] - 1
+        st = trace.outputs[..., self.layout["st"]].argmax(-1)  # (B, T+1)
+        heads = self._cells(trace.outputs[..., self.layout["pos2"]], T)  # (B, T+1)
         results = []
         for b, x in enumerate(xs):
-            tape = {i + 1: s for i, s in enumerate(x)}
-            for t in range(1, T + 1):  # position 0 is the pre-step's blank write into cell 0
-                tape[int(w_cells[b, t])] = self.alphabet[int(w_syms[b, t])]
             states = [self.state_names[int(i)] for i in st[b]]
-            results.append(RunResult(bool(trace.F[b] > 0), states, [int(c) for c in heads[b]], tape, self.blank))
+            results.append(RunResult(bool(trace.F[b] > 0), states, [int(c) for c in heads[b]],
+                                     self.tape_after(x, trace, b, T), self.blank))
         return results
 
     def run_batch(self, xs: Sequence[str], **kwargs) -> list[RunResult]:
