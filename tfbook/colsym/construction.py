@@ -15,7 +15,7 @@ Blocks, in order (each block = optional attention, then a residual ReLU feed-for
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
@@ -136,15 +136,26 @@ class ColsymTransformer(nn.Module):
         H[..., self.layout["x"]] = X.transpose(1, 2).to(DTYPE)
         return H
 
-    def stream(self, X: torch.Tensor, return_all: bool = False):
-        return self.transformer(self.embed(X), return_all=return_all)
+    def stream(self, X: torch.Tensor, return_all: bool = False, upto: Optional[int] = None):
+        """The (batch, n, D) stream after all blocks (every state with ``return_all``), or after the first ``upto``."""
+        H = self.embed(X)
+        if upto is None:
+            return self.transformer(H, return_all=return_all)
+        for block in self.transformer.blocks[:upto]:
+            H = block(H)
+        return H
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return self.stream(X)[:, 0, self.layout.index("out")]
 
     def read(self, X: torch.Tensor, T: Key) -> torch.Tensor:
-        """The approximation of P_T held in column 0, for every T of degree <= s."""
+        """The approximation of P_T held in column 0, for any T of degree <= s."""
         return self.stream(X)[:, 0, self.layout.index(f"P{tuple(T)}")]
+
+    def msp_values(self, X: torch.Tensor) -> dict[Key, torch.Tensor]:
+        """Every approximated P_T (column 0) from one forward pass: {T: (batch,)}."""
+        H = self.stream(X)[:, 0]  # (batch, D)
+        return {T: H[:, self.layout.index(f"P{T}")] for Ts in self.keys.values() for T in Ts}
 
     def attention(self) -> Attention:
         return self.transformer.blocks[self.attention_block].attention
