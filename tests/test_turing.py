@@ -92,6 +92,8 @@ def test_hidden_states_binary_and_score_gap():
         for s in scores:
             finite = s[torch.isfinite(s)]
             assert torch.allclose(finite, finite.round(), atol=1e-9)
+    gaps = tg.score_gaps(trace)
+    assert len(gaps) > 0 and float(gaps.min()) >= 1 - 1e-9
 
 
 def test_noise_within_radius_changes_nothing():

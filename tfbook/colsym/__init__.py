@@ -16,17 +16,16 @@ from typing import Mapping
 import torch
 
 from tfbook import bench
-from tfbook.colsym.algebra import (canonical, count_bounds, decompose_column_symmetric, enumerate_msp,
+from tfbook.colsym.algebra import (canonical, count_bounds, degree, decompose_column_symmetric, enumerate_msp,
                                    enumerate_multi_indices, evaluate, expand, lemma3_terms, max_value, msp,
                                    msp_bruteforce, msp_partition, msp_symbolic, term_coefficient)
 from tfbook.colsym.bounds import (impl_depth, paper_depth, paper_width, prop1_depth, prop1_width,
                                   recursive_error_bound, sup_norm, theorem1_bound_from)
 from tfbook.colsym.construction import (ColsymTransformer, build_transformer, example1_coeffs,
                                         parameter_count_flattened, random_coeffs, validate_coeffs)
-from tfbook.colsym.squaring import (FNN, build_product_fnn, build_square_fnn, choose_k, fnn_to_transformer,
+from tfbook.colsym.squaring import (FNN, build_product_fnn, build_square_fnn, check_positive_int, choose_k,
+                                    fnn_to_transformer,
                                     product_error, run_converted, squaring_error)
-from tfbook.colsym.algebra import degree
-from tfbook.colsym.squaring import check_positive_int
 from tfbook.device import DTYPE
 
 

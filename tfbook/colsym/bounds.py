@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import Mapping
 
 from tfbook.colsym.algebra import Key, degree, lemma3_terms, max_value
-from tfbook.colsym.squaring import check_positive_int, choose_k, product_error
+from tfbook.colsym.squaring import check_positive_int, product_error
 
 
 def paper_width(d: int, s: int, N: int) -> int:
@@ -59,10 +59,6 @@ def theorem1_bound_from(coeffs: Mapping[Key, float], s: int, n: int, N: int, L: 
     """8^s ||f||_inf N^-L, or with ``signed=True`` 8^s N^-L sum_T |c_T| P_T(1) (our signed variant)."""
     weights = {T: abs(float(c)) for T, c in coeffs.items()} if signed else coeffs
     return 8.0**s * sup_norm(weights, n) * float(N) ** (-L)
-
-
-def k_of(N: int, rule: str = "lu2021") -> int:
-    return choose_k(N, rule)
 
 
 def falling_factorial(n: int, r: int) -> int:

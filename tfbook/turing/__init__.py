@@ -21,7 +21,7 @@ from tfbook.turing.machine import (CATALOG, CATALOG_SYMBOLS, RunResult, TuringMa
                                    increment, palindrome, parity, random_tm)
 from tfbook.turing.margin import (flip_radius, random_direction, toy_margin_closed_form, toy_margin_numeric,
                                   toy_output)
-from tfbook.turing.transformer import TMTransformer, binary, build_transformer, position_bits, tm_layout
+from tfbook.turing.transformer import TMTransformer, binary, build_transformer, position_bits, score_gaps, tm_layout
 
 
 def _bench_build(device: torch.device):
@@ -37,5 +37,5 @@ __all__ = [
     "CATALOG", "CATALOG_SYMBOLS", "Circuit", "CircuitNetwork", "RunResult", "TMTransformer", "TuringMachine",
     "all_inputs", "all_strings", "balanced", "binary", "build_circuit_network", "build_transformer", "copy",
     "flip_radius", "increment", "l1_formula", "palindrome", "parity", "position_bits", "random_circuit",
-    "random_direction", "random_tm", "tm_layout", "toy_margin_closed_form", "toy_margin_numeric", "toy_output",
+    "random_direction", "random_tm", "score_gaps", "tm_layout", "toy_margin_closed_form", "toy_margin_numeric", "toy_output",
 ]

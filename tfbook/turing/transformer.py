@@ -95,6 +95,21 @@ class Trace:
     layer_states: Optional[torch.Tensor] = None  # (B, T+1, num_layers, w): each layer's output (when recorded)
 
 
+def score_gaps(trace: Trace) -> torch.Tensor:
+    """For every recorded attention call (and batch row): top score minus the best strictly lower score.
+
+    Scores are integers (to rounding), so "strictly lower" means lower by more than 1/2; calls where every
+    slot ties (nothing lower) are skipped. The proof of Theorem 4.1 needs every gap to be at least 1.
+    """
+    gaps = []
+    for calls in trace.scores.values():
+        for s in calls:  # (B, 1 + keys)
+            top = s.amax(1, keepdim=True)
+            below = torch.where(s < top - 0.5, s, torch.full_like(s, -float("inf"))).amax(1)
+            gaps.append((top[:, 0] - below)[torch.isfinite(below)])
+    return torch.cat(gaps) if gaps else torch.zeros(0, dtype=DTYPE)
+
+
 class TMTransformer(nn.Module):
     """Built by `build_transformer`; ``run(x)`` / ``run_batch(xs)`` return `RunResult` objects."""
 
