@@ -1,0 +1,33 @@
+"""Reusable constructions ("gadgets") for every chapter, placed into core layers by a planner.
+
+A gadget is a few layers' worth of ReLU units or attention heads over named slots of the residual
+stream (see `tfbook.gadgets.plan`). Build a `Layout` with the input slots, add gadgets to a `Planner`
+in the order the recipe computes them, and take ``planner.layers()``: (name, core layer) pairs for a
+`tfbook.model.Construction`. The planner puts each gadget at the earliest layer where its inputs are
+ready and merges gadgets that share a layer, so no chapter computes layer indices by hand.
+
+Gadgets (``out`` is a slot key or a linear form ``{slot: coefficient}``; every gadget adds to it):
+
+* exact, one layer (`relu`): `identity`, `absolute`, `maximum`, `clip`, `relu_sum`, `interpolant`;
+* Yarotsky (`squaring`): `square` (f_{Lk}, error `squaring_error` = 4^-(Lk+1)), `sawtooth` (g_{Lk}),
+  `product` (paper 000's residual form, error in `product_error_range`), `polarisation_product`
+  (paper 001's form, error in `polarisation_error_range`, exactly 0 on the axes);
+* attention (`attention`): `uniform_sum` (W_Q = W_K = 0, every token receives the sum over tokens);
+* networks (`fnn`): `FNN` (Definition 1 on core layers) and `from_fnn` (Lemma 2 of paper 000).
+"""
+from tfbook.gadgets.attention import uniform_sum
+from tfbook.gadgets.fnn import FNN, fnn_width, from_fnn
+from tfbook.gadgets.plan import (AttnStage, FFStage, Form, Gadget, Head, Placement, Planner, Unit, combine, form,
+                                 slot_name)
+from tfbook.gadgets.relu import absolute, clip, identity, interpolant, interpolant_coefficients, maximum, relu_sum
+from tfbook.gadgets.squaring import (polarisation_error_range, polarisation_product, product, product_error_range,
+                                     product_fnn_layers, sawtooth, sawtooth_coefficients, square, square_fnn_layers,
+                                     squaring_error)
+
+__all__ = [
+    "AttnStage", "FFStage", "FNN", "Form", "Gadget", "Head", "Placement", "Planner", "Unit", "absolute", "clip",
+    "combine", "fnn_width", "form", "from_fnn", "identity", "interpolant", "interpolant_coefficients", "maximum",
+    "polarisation_error_range", "polarisation_product", "product", "product_error_range", "product_fnn_layers",
+    "relu_sum", "sawtooth", "sawtooth_coefficients", "slot_name", "square", "square_fnn_layers", "squaring_error",
+    "uniform_sum",
+]
