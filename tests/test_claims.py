@@ -1,0 +1,151 @@
+"""Executed claims: check returns nothing, failing claims raise (or are recorded), the formatter never
+prints rounding noise, and the three display forms (text, HTML, JSON record) are stable and readable."""
+import html.parser
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+from tfbook import claims as cl
+
+
+def sample() -> cl.Claims:
+    c = cl.Claims("t")
+    c.check("Thm 1", "a <= b", 1.0, 2.0)
+    c.check("Thm 1", "equal with tolerance", 1.0 + 1e-12, 1.0, "==", rtol=1e-9)
+    c.check("Thm 1", "roundoff", 3e-16, 1e-13, "<=", roundoff=True)
+    c.check("Prop 2", "a count", torch.tensor(12), np.int64(16), "<=")
+    c.check("Prop 2", "exact", "abc", "abc", "==")
+    return c
+
+
+def test_check_returns_none_and_fails_loudly(monkeypatch):
+    monkeypatch.delenv(cl.MODE_ENV, raising=False)
+    c = cl.Claims("t")
+    assert c.check("Thm 1", "a <= b", 1.0, 2.0) is None
+    with pytest.raises(cl.ClaimError, match="is not <= "):
+        c.check("Thm 2", "fails", 3.0, 2.0)
+    with pytest.raises(cl.ClaimError):
+        c.check("x", "nan never holds", float("nan"), 1.0)
+    assert len(c) == 3 and not c.all_hold()
+    assert "NO" in c.table()
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(relation="~"), "relation must be one of"),
+    (dict(rtol=-1.0), "rtol must be a non-negative real"),
+    (dict(measured=[1.0]), "measured must be a real number"),
+    (dict(ref=""), "ref and statement must be non-empty"),
+])
+def test_bad_arguments_raise_value_error(bad, match):
+    args = dict(ref="x", statement="y", measured=1.0, bound=1.0, relation="<=") | bad
+    with pytest.raises(ValueError, match=match):
+        cl.Claims("t").check(**args)
+    with pytest.raises(ValueError, match="title must be"):
+        cl.Claims("")
+
+
+def test_formatter_never_prints_rounding_noise():
+    assert cl.fmt(0.000123456) == "1.23e-04" and cl.fmt(12) == "12" and cl.fmt(0.0156) == "0.0156"
+    assert cl.fmt(math.pi) == "3.14" and cl.fmt(2.5e9) == "2.50e+09" and cl.fmt(Fraction(1, 3)) == "1/3"
+    for noise in (8.9e-16, -2.2e-16, 4.44e-16, 1e-13, np.float64(3e-15)):
+        assert cl.fmt(noise) == "< 1e-12"
+    assert cl.fmt(0.0) == "0" and cl.fmt(1e-13, noise=0) == "1.00e-13"
+    c = sample()
+    table = c.table()
+    assert "< 1e-13" in table and "3.00e-16" not in table and "e-16" not in table
+    # a roundoff claim prints `< bound` and no ratio, whatever the rounding noise was
+    a, b = cl.Claims("t"), cl.Claims("t")
+    a.check("L", "noise", 0.0, 1e-12, roundoff=True)
+    b.check("L", "noise", 8.9e-16, 1e-12, roundoff=True)
+    assert a.table() == b.table() and a.html() == b.html() and a.record() == b.record()
+    # and so does a noise-level measured value without the flag
+    a.check("L", "small", 2e-16, 1e-3)
+    b.check("L", "small", 4e-16, 1e-3)
+    assert a.table() == b.table()
+
+
+def test_rows_carry_ratio_and_machine_independent_digits():
+    c = sample()
+    rows = {claim.statement: claim for claim in c.items}
+    assert rows["a <= b"].ratio == "0.500" and rows["a count"].ratio == "0.750"
+    assert rows["roundoff"].ratio == "-" and rows["exact"].ratio == "-"
+    # digits past the third do not change what is stored
+    d, e = cl.Claims("t"), cl.Claims("t")
+    d.check("P", "s", 0.9976613862288294, 1.0)
+    e.check("P", "s", 0.9976613852163327, 1.0)
+    assert d.table() == e.table() and d.html() == e.html() and d.record() == e.record()
+
+
+def test_plain_table_lines_fit_in_100_characters():
+    c = cl.Claims("A long chapter title")
+    c.check("Lemma 6 (Decomposition)", "every orbit sum of degree at most s decomposes into products "
+            "of power sums, checked on all multi-indices of the full profile grid " * 2, 0.25, 1.0)
+    c.check("Prop 1", "short", 1, 1, "==")
+    lines = c.table().splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert "power sums" in c.table() and len(lines) > 5  # wrapped, not cut
+
+
+class _Cells(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.cells, self.tags = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        if self.tags and self.tags[-1][0] in ("td", "th", "span"):
+            self.cells.append(data)
+
+
+def test_html_table_has_holds_column_and_right_aligned_numbers(monkeypatch):
+    monkeypatch.setenv(cl.MODE_ENV, "record")
+    monkeypatch.delenv(cl.SINK_ENV, raising=False)
+    c = sample()
+    c.check("Thm 9", "fails <b>here</b>", 3.0, 2.0)
+    page = c.html()
+    parser = _Cells()
+    parser.feed(page)
+    assert "holds" in parser.cells and "measured/bound" in parser.cells
+    assert any("yes" in x for x in parser.cells) and any("NO" in x for x in parser.cells)
+    assert "<b>here</b>" not in page and "&lt;b&gt;" in page  # escaped
+    tds = [attrs for tag, attrs in parser.tags if tag == "td"]
+    assert sum("text-align:right" in a.get("style", "") for a in tds) == 3 * len(c)
+    again = sample()
+    again.check("Thm 9", "fails <b>here</b>", 3.0, 2.0)
+    assert page == again.html()  # deterministic
+
+
+def test_mimebundle_and_record(monkeypatch):
+    c = sample()
+    bundle = c._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "text/html", cl.MIME}
+    record = json.loads(json.dumps(bundle[cl.MIME]))
+    assert record["title"] == "t" and record["schema"] == cl.SCHEMA
+    assert [r["ref"] for r in record["claims"]] == [x.ref for x in c.items]
+    assert all(isinstance(r["measured"], str) and isinstance(r["holds"], bool) for r in record["claims"])
+
+
+def test_show_prints_plain_text_outside_ipython(capsys):
+    c = sample()
+    c.show()
+    assert capsys.readouterr().out.strip() == c.table()
+
+
+def test_record_mode_records_failures_to_the_sink(monkeypatch, tmp_path):
+    sink = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(cl.MODE_ENV, "record")
+    monkeypatch.setenv(cl.SINK_ENV, str(sink))
+    c = cl.Claims("t")
+    assert c.check("Thm 1", "fails", 3.0, 2.0) is None
+    c.check("Thm 2", "holds", 1.0, 2.0)
+    rows = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert [r["holds"] for r in rows] == [False, True] and rows[0]["title"] == "t"
+    monkeypatch.setenv(cl.MODE_ENV, "shout")
+    with pytest.raises(ValueError, match="TFBOOK_CLAIMS must be one of"):
+        c.check("Thm 3", "x", 1.0, 2.0)
