@@ -1,0 +1,395 @@
+"""Theorem 1's (2N+4)L-layer transformer that runs L steps of projected GD in its forward pass.
+
+Every weight is written from the recipe (closed form) before any data exists, and the arithmetic
+runs in the core layers of `tfbook.layers`: ReLU attention divided by the number of tokens T,
+the element-wise multiplication layer (EWML) and the feed-forward layer. One block:
+
+1. N forward attention layers ``fwd{j}`` write p_i(j) = r_hat(v_{j_k} . p_i(j-1)) (Lemma 2);
+2. the derivative attention layer ``deriv`` writes r'_i(j-1) = dr_hat(v_{j_k} . p_i(j-1)) (Lemma 3);
+3. the loss MLP ``loss`` writes g_i = u(p_i(N), y_i) t_i: the query gate zeroes the query (Lemma 4);
+4. N EWML layers ``ewml{N}`` ... ``ewml1`` back-propagate s_i(j) (Lemma 5);
+5. the update attention ``update``, the only layer that mixes tokens: w -= eta/(2n) sum_t s_t p_t^T;
+6. the MLP ``proj`` clips w to the box and erases every scratch coordinate.
+
+Tokens are rows ``[x; y; w; p1..pN; r0..r(N-1); g; s1..sN; one; t]``.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import torch
+
+from tfbook import validate
+from tfbook.device import DTYPE
+from tfbook.icgd.nets import ACTIVATIONS, LOSSES, NetSpec, activation
+from tfbook.icgd.relu_sums import ReluSum, identity_relu, interpolant, ramp
+from tfbook.layers import Attention, ElementwiseMultiplication, FeedForward
+from tfbook.layout import Layout
+from tfbook.model import Construction
+
+
+# --- the three layer types in the paper's dense convention ------------------------------------------
+
+class ReluAttention(Attention):
+    """Core ReLU attention (divisor T = number of tokens); ``dense()`` -> (Q, K, V), each (heads, D, D)."""
+
+    def dense(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        d = super().dense()
+        return d["Q"], d["K"], d["V"]
+
+
+class EWML(ElementwiseMultiplication):
+    """Core EWML; ``dense()`` -> (Q, K, V), each (heads, D, D): h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i."""
+
+    def dense(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        d = super().dense()
+        return d["Q"], d["K"], d["V"]
+
+
+class MLP(FeedForward):
+    """Core feed-forward layer without biases; ``dense()`` -> (W1 (m, D), W2 (D, m)): h + W2 relu(W1 h)."""
+
+    def dense(self) -> tuple[torch.Tensor, torch.Tensor]:
+        d = super().dense()
+        return d["W1"], d["W2"]
+
+
+def _relu_attention(W_Q, W_K, W_V, W_O) -> ReluAttention:
+    return ReluAttention.stacked(W_Q, W_K, W_V, W_O, normalization="relu", relu_divisor="keys")
+
+
+# --- layout -----------------------------------------------------------------------------------------
+
+def icgd_layout(spec: NetSpec) -> Layout:
+    """x, y, w, p1..pN, r0..r(N-1), g, s1..sN, one, t."""
+    lay = Layout([("x", spec.dx), ("y", spec.dy), ("w", spec.D_N)])
+    for j in range(1, spec.N + 1):
+        lay.add(f"p{j}", spec.out(j))
+    for j in range(1, spec.N + 1):
+        lay.add(f"r{j - 1}", spec.out(j))
+    lay.add("g", spec.dy)
+    for j in range(1, spec.N + 1):
+        lay.add(f"s{j}", spec.out(j))
+    lay.add("one", 1)
+    lay.add("t", 1)
+    return lay
+
+
+def scratch_slots(spec: NetSpec) -> list[str]:
+    return ([f"p{j}" for j in range(1, spec.N + 1)] + [f"r{j - 1}" for j in range(1, spec.N + 1)] + ["g"]
+            + [f"s{j}" for j in range(1, spec.N + 1)])
+
+
+def _source(j: int) -> str:
+    """The slot holding p(j-1): x for j = 1."""
+    return "x" if j == 1 else f"p{j - 1}"
+
+
+# --- the ranges -------------------------------------------------------------------------------------
+
+def _sup_abs(rs: ReluSum, a: float) -> float:
+    """sup |rs| on [-a, a] for a piecewise-linear rs: the max over a and -a and the knots inside."""
+    pts = [-a, a]
+    slope, shift = rs.a[:, 0], rs.a[:, 1]
+    nz = slope != 0
+    knots = (-shift[nz] / slope[nz])
+    pts += [float(k) for k in knots if -a <= k <= a]
+    return float(rs(torch.tensor(pts, dtype=DTYPE)).abs().max())
+
+
+def a_priori_R(spec: NetSpec, act: str, box: float, x_bound: float, M: int) -> float:
+    """The smallest R found with every pre-activation of every admissible prompt in [-R, R].
+
+    |v_{1_k} . x| <= dx box x_bound and |v_{j_k} . p_hat(j-1)| <= K box sup_{|t|<=R_{j-1}} |r_hat(t)|,
+    where r_hat itself is the interpolant on [-R, R]: R is found as a fixed point.
+    """
+    a = activation(act)
+
+    def ranges(bound) -> float:
+        Rj = spec.dx * box * x_bound
+        R = Rj
+        for _ in range(2, spec.N + 1):
+            Rj = spec.K * box * bound(Rj)
+            R = max(R, Rj)
+        return R
+
+    if act == "relu":
+        return ranges(lambda t: t)
+    R = ranges(lambda t: float(a.r(torch.tensor([-t, t], dtype=DTYPE)).abs().max()))
+    for _ in range(100):
+        rs = interpolant(a.r, R, M)
+        R_new = ranges(lambda t: _sup_abs(rs, t))
+        if R_new <= R:
+            return R
+        R = R_new * (1 + 1e-12)
+    raise ValueError(f"R: no a-priori range exists for these sizes with M = {M}; pass R explicitly")
+
+
+# --- the layers of one block ------------------------------------------------------------------------
+
+def _zeros(h: int, m: int, D: int) -> torch.Tensor:
+    return torch.zeros(h, m, D, dtype=DTYPE)
+
+
+def _scalar_heads(lay: Layout, spec: NetSpec, units: list[tuple[int, int, str]], rs: ReluSum, write: callable):
+    """Heads (j, k, term) computing rs(v_{j_k} . p(j-1)), each writing into the coordinate write(j, k).
+
+    ``units`` lists (j, k, _) pairs; returns stacked W_Q, W_K (h, m, D), W_V (h, 1, D), W_O (h, D, 1).
+    """
+    H, D = rs.num_terms, lay.dim
+    m = max(spec.shape(j)[1] for j, _, _ in units) + 1
+    h = len(units) * H
+    W_Q, W_K = _zeros(h, m, D), _zeros(h, m, D)
+    W_V, W_O = _zeros(h, 1, D), _zeros(h, D, 1)
+    one = lay.index("one")
+    for u, (j, k, _) in enumerate(units):
+        inp = spec.shape(j)[1]
+        src = lay[_source(j)].start
+        row = spec.row(j, k)
+        heads = slice(u * H, (u + 1) * H)
+        idx = torch.arange(inp)
+        W_Q[heads, idx, src + idx] = rs.a[:, :1].expand(H, inp)  # a_h[0] p(j-1)
+        W_Q[heads, m - 1, one] = rs.a[:, 1]  # a_h[1]
+        W_K[heads, idx, lay["w"].start + row.start + idx] = 1.0  # v_{j_k}
+        W_K[heads, m - 1, one] = 1.0
+        W_V[heads, 0, one] = rs.c
+        W_O[heads, write(j, k), 0] = 1.0
+    return W_Q, W_K, W_V, W_O
+
+
+def forward_layer(lay: Layout, spec: NetSpec, j: int, r_hat: ReluSum) -> ReluAttention:
+    """Lemma 2: writes p(j)[k] = r_hat(v_{j_k} . p(j-1)), out_j * num_terms heads."""
+    units = [(j, k, "") for k in range(spec.out(j))]
+    return _relu_attention(*_scalar_heads(lay, spec, units, r_hat, lambda jj, k: lay.index((f"p{jj}", k))))
+
+
+def derivative_layer(lay: Layout, spec: NetSpec, dr_hat: ReluSum) -> ReluAttention:
+    """Lemma 3: writes r'(j-1)[k] = dr_hat(v_{j_k} . p(j-1)) for every j, k."""
+    units = [(j, k, "") for j in range(1, spec.N + 1) for k in range(spec.out(j))]
+    return _relu_attention(*_scalar_heads(lay, spec, units, dr_hat, lambda j, k: lay.index((f"r{j - 1}", k))))
+
+
+def loss_layer(lay: Layout, spec: NetSpec, u_hat: Optional[ReluSum], R_g: float) -> MLP:
+    """Lemma 4: g[k] = u(p(N)[k], y[k]) t, with the gate -R_g (1 - t) in every unit (u_hat None: 2(t - y))."""
+    if u_hat is None:  # squared loss: 2 relu(z) - 2 relu(-z) = 2z exactly
+        a = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=DTYPE)
+        c = torch.tensor([2.0, -2.0], dtype=DTYPE)
+    else:
+        a, c = u_hat.a, u_hat.c
+    H, D = a.shape[0], lay.dim
+    W1 = torch.zeros(spec.dy * H, D, dtype=DTYPE)
+    W2 = torch.zeros(D, spec.dy * H, dtype=DTYPE)
+    for k in range(spec.dy):
+        rows = slice(k * H, (k + 1) * H)
+        W1[rows, lay.index((f"p{spec.N}", k))] = a[:, 0]
+        W1[rows, lay.index(("y", k))] = -a[:, 0]
+        W1[rows, lay.index("one")] = a[:, 1] - R_g
+        W1[rows, lay.index("t")] = R_g  # the query gate
+        W2[lay.index(("g", k)), rows] = c
+    return MLP(W1, None, W2, None)
+
+
+def ewml_layer(lay: Layout, spec: NetSpec, j: int) -> EWML:
+    """Lemma 5: s(N) = r'(N-1) . g; s(j) = r'(j-1) . (V_{j+1}^T s(j+1)) for j < N. Exact."""
+    D, out = lay.dim, spec.out(j)
+    if j == spec.N:
+        W_Q, W_K = _zeros(out, 1, D), _zeros(out, 1, D)
+        for k in range(out):
+            W_Q[k, 0, lay.index(("g", k))] = 1.0
+            W_K[k, 0, lay.index("one")] = 1.0
+    else:
+        nxt = spec.out(j + 1)
+        W_Q, W_K = _zeros(out, nxt, D), _zeros(out, nxt, D)
+        w0 = lay["w"].start
+        for k in range(out):
+            for kk in range(nxt):
+                W_Q[k, kk, w0 + spec.row(j + 1, kk).start + k] = 1.0  # V_{j+1}[kk, k]
+                W_K[k, kk, lay.index((f"s{j + 1}", kk))] = 1.0
+    W_V, W_O = _zeros(out, 1, D), _zeros(out, D, 1)
+    for k in range(out):
+        W_V[k, 0, lay.index((f"r{j - 1}", k))] = 1.0
+        W_O[k, lay.index((f"s{j}", k)), 0] = 1.0
+    return EWML(W_Q, W_K, W_V, W_O)
+
+
+def update_layer(lay: Layout, spec: NetSpec, eta: float, n: int) -> ReluAttention:
+    """D.16: two heads per (j, k), relu(s) - relu(-s) = s, so w_{j_k} -= eta/(2n) sum_t s_t(j)[k] p_t(j-1)."""
+    D = lay.dim
+    m_v = max(spec.dx, spec.K)
+    pairs = [(j, k) for j in range(1, spec.N + 1) for k in range(spec.out(j))]
+    h = 2 * len(pairs)
+    W_Q, W_K = _zeros(h, 1, D), _zeros(h, 1, D)
+    W_V, W_O = _zeros(h, m_v, D), _zeros(h, D, m_v)
+    coef = eta * (n + 1) / (2 * n)  # the divisor T = n + 1 is undone here
+    w0 = lay["w"].start
+    for u, (j, k) in enumerate(pairs):
+        inp = spec.shape(j)[1]
+        src = lay[_source(j)].start
+        row = spec.row(j, k)
+        idx = torch.arange(inp)
+        for sign, head in ((1.0, 2 * u), (-1.0, 2 * u + 1)):
+            W_Q[head, 0, lay.index("one")] = sign
+            W_K[head, 0, lay.index((f"s{j}", k))] = 1.0
+            W_V[head, idx, src + idx] = 1.0
+            W_O[head, w0 + row.start + idx, idx] = -sign * coef
+    return _relu_attention(W_Q, W_K, W_V, W_O)
+
+
+def projection_layer(lay: Layout, spec: NetSpec, box: float) -> MLP:
+    """w <- clip(w, -box, box) = w - relu(w - box) + relu(-w - box); every scratch z <- z - relu(z) + relu(-z) = 0."""
+    D = lay.dim
+    coords = list(range(lay["w"].start, lay["w"].stop))
+    scratch = [c for name in scratch_slots(spec) for c in range(lay[name].start, lay[name].stop)]
+    m = 2 * (len(coords) + len(scratch))
+    W1 = torch.zeros(m, D, dtype=DTYPE)
+    W2 = torch.zeros(D, m, dtype=DTYPE)
+    one = lay.index("one")
+    for u, c in enumerate(coords + scratch):
+        bias = -box if u < len(coords) else 0.0
+        W1[2 * u, c], W1[2 * u, one] = 1.0, bias
+        W1[2 * u + 1, c], W1[2 * u + 1, one] = -1.0, bias
+        W2[c, 2 * u], W2[c, 2 * u + 1] = -1.0, 1.0
+    return MLP(W1, None, W2, None)
+
+
+# --- the model --------------------------------------------------------------------------------------
+
+class ICGDTransformer(Construction):
+    """Theorem 1's transformer; build it with `build_transformer`."""
+
+    def __init__(self, spec: NetSpec, layout: Layout, layers, *, n: int, L: int, eta: float, box: float,
+                 x_bound: float, y_bound: float, R: float, r_hat: ReluSum, dr_hat: ReluSum,
+                 u_hat: Optional[ReluSum], R_g: float, activation_name: str, loss_name: str, delta):
+        super().__init__(layout, layers)
+        self.spec, self.n, self.L, self.eta, self.box = spec, n, L, eta, box
+        self.x_bound, self.y_bound, self.R, self.R_g = x_bound, y_bound, R, R_g
+        self.r_hat, self.dr_hat, self.u_hat = r_hat, dr_hat, u_hat
+        self.activation, self.loss, self.delta = activation_name, loss_name, delta
+
+    # sizes
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def block_size(self) -> int:
+        return 2 * self.spec.N + 4
+
+    @property
+    def layer_types(self) -> list[str]:
+        return [layer.kind for layer in self.layers]
+
+    def heads_per_layer(self) -> list[int]:
+        return [0 if layer.kind == "mlp" else layer.num_heads for layer in self.layers]
+
+    @property
+    def embed_dim(self) -> int:
+        return self.layout.dim
+
+    @property
+    def width(self) -> int:
+        return max(layer.hidden_width for layer in self.layers if layer.kind == "mlp")
+
+    def num_parameters(self) -> int:
+        """The paper's dense count: 3 heads D^2 per attention/EWML layer, 2 m D per MLP."""
+        D = self.layout.dim
+        return sum(2 * layer.hidden_width * D if layer.kind == "mlp" else 3 * layer.num_heads * D * D
+                   for layer in self.layers)
+
+    # prompts
+    def embed(self, X, Y, x_query, w0) -> torch.Tensor:
+        """Tokens [x_i; y_i; w0; 0; 1; 1] for the n' examples, then the query [x_query; 0; w0; 0; 1; 0]."""
+        s = self.spec
+        X = validate.tensor("X", X, shape=(None, None, s.dx))
+        B, n_prime = X.shape[:2]
+        if n_prime < 1:
+            raise ValueError(f"X must hold n' >= 1 examples, got {n_prime}")
+        Y = validate.tensor("Y", Y, shape=(B, n_prime, s.dy))
+        x_query = validate.tensor("x_query", x_query, shape=(B, s.dx))
+        w0 = validate.tensor("w0", w0, shape=(B, s.D_N))
+        for name, value, bound in (("X", X, self.x_bound), ("x_query", x_query, self.x_bound),
+                                   ("Y", Y, self.y_bound), ("w0", w0, self.box)):
+            if value.numel() and float(value.abs().max()) > bound:
+                raise ValueError(f"{name} must have every |entry| <= {bound}, got {float(value.abs().max()):.6g}")
+        lay = self.layout
+        H = torch.zeros(B, n_prime + 1, lay.dim, dtype=DTYPE, device=X.device)
+        H[:, :n_prime, lay["x"]] = X
+        H[:, n_prime, lay["x"]] = x_query
+        H[:, :n_prime, lay["y"]] = Y
+        H[..., lay["w"]] = w0[:, None, :]
+        H[..., lay.index("one")] = 1.0
+        H[:, :n_prime, lay.index("t")] = 1.0
+        return H
+
+    def block_states(self, H: torch.Tensor) -> list[torch.Tensor]:
+        """The L + 1 states at block boundaries, input first."""
+        self._check(H)
+        states, size = [H], self.block_size
+        for i, layer in enumerate(self.layers):
+            H = layer(H)
+            if (i + 1) % size == 0:
+                states.append(H)
+        return states
+
+    def run(self, X, Y, x_query, w0) -> torch.Tensor:
+        """The query token's w slot after each block, (B, L + 1, D_N); [:, 0] is w0."""
+        states = self.block_states(self.embed(X, Y, x_query, w0))
+        return torch.stack([self.read(S[:, -1], "w") for S in states], dim=1)
+
+    def read_w(self, H: torch.Tensor) -> torch.Tensor:
+        """The query token's w, (B, D_N)."""
+        return self.read(H[:, -1], "w")
+
+
+def _share(layer):
+    """Another layer object holding the same (frozen) weight tensors: the L blocks are identical."""
+    twin = copy.copy(layer)
+    twin._parameters = dict(layer._parameters)
+    return twin
+
+
+def _tables(act: str, R: float, M: int, delta) -> tuple[ReluSum, ReluSum]:
+    if act == "relu":
+        return identity_relu(), ramp(delta)
+    a = activation(act)
+    return interpolant(a.r, R, M), interpolant(a.dr, R, M)
+
+
+def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: float, activation: str = "softplus",
+                      loss: str = "squared", box: float = 1.0, M: int = 64, delta: Optional[float] = None,
+                      x_bound: float = 1.0, y_bound: float = 1.0, R: Optional[float] = None) -> ICGDTransformer:
+    """Theorem 1's (2N+4)L-layer transformer running L steps of projected GD with step ``eta`` on n examples."""
+    for name, value in (("dx", dx), ("dy", dy), ("K", K), ("n", n), ("L", L), ("M", M)):
+        validate.positive_int(name, value)
+    validate.positive_int("N", N, minimum=2)
+    eta = validate.real("eta", eta, low=0.0, low_open=True)
+    box = validate.real("box", box, low=0.0, low_open=True)
+    x_bound = validate.real("x_bound", x_bound, low=0.0, low_open=True)
+    y_bound = validate.real("y_bound", y_bound, low=0.0, low_open=True)
+    act = validate.choice("activation", activation, ACTIVATIONS)
+    loss_name = validate.choice("loss", loss, LOSSES)
+    if act == "relu":
+        if delta is None:
+            raise ValueError("delta must be a finite real > 0 for activation 'relu', got None")
+        delta = validate.real("delta", delta, low=0.0, low_open=True)
+    elif delta is not None:
+        delta = validate.real("delta", delta, low=0.0, low_open=True)
+    spec = NetSpec(int(dx), int(dy), int(K), int(N))
+    R = a_priori_R(spec, act, box, x_bound, int(M)) if R is None else validate.real("R", R, low=0.0, low_open=True)
+    r_hat, dr_hat = _tables(act, R, int(M), delta)
+    B_out = _sup_abs(r_hat, R)  # |p_hat(N)| on admissible prompts
+    R_u = B_out + y_bound  # residual range |p(N) - y|
+    u_hat = interpolant(torch.tanh, R_u, int(M)) if loss_name == "logcosh" else None
+    R_g = R_u + 1.0  # >= max(|z|, 1) >= |a . [z; 1]| for every unit on the query
+    lay = icgd_layout(spec)
+    block = [(f"fwd{j}", forward_layer(lay, spec, j, r_hat)) for j in range(1, N + 1)]
+    block.append(("deriv", derivative_layer(lay, spec, dr_hat)))
+    block.append(("loss", loss_layer(lay, spec, u_hat, R_g)))
+    block += [(f"ewml{j}", ewml_layer(lay, spec, j)) for j in range(N, 0, -1)]
+    block.append(("update", update_layer(lay, spec, eta, int(n))))
+    block.append(("proj", projection_layer(lay, spec, box)))
+    layers = [(f"b{l}.{name}", layer if l == 0 else _share(layer)) for l in range(int(L)) for name, layer in block]
+    return ICGDTransformer(spec, lay, layers, n=int(n), L=int(L), eta=eta, box=box, x_bound=x_bound,
+                           y_bound=y_bound, R=float(R), r_hat=r_hat, dr_hat=dr_hat, u_hat=u_hat, R_g=R_g,
+                           activation_name=act, loss_name=loss_name, delta=delta)

@@ -1,0 +1,94 @@
+"""Sums of ReLUs (Definition 4 of Wu et al. 2025) and the piecewise-linear interpolant.
+
+A `ReluSum` is ``rs(t) = sum_h c_h relu(a_h[0] t + a_h[1])`` with every ``||a_h||_1 <= 1``.
+`interpolant(g, R, M)` is the linear interpolant of ``g`` at the ``M + 1`` knots
+``-R + 2Rm/M``: constant ``g(-R)`` left of ``-R``, linear between knots, continued with the
+last slope right of ``R``. Its sup error on ``[-R, R]`` is at most ``(2R/M)^2/8 max|g''|``.
+`ramp(delta)` is ``(relu(t) - relu(t - delta))/delta``, ReLU's derivative away from ``(0, delta)``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from tfbook import validate
+from tfbook.device import DTYPE
+
+
+class ReluSum:
+    """``sum_h c_h relu(a_h[0] t + a_h[1])``; ``a`` (H, 2), ``c`` (H,)."""
+
+    def __init__(self, a, c):
+        a = torch.as_tensor(a, dtype=DTYPE)
+        c = torch.as_tensor(c, dtype=DTYPE)
+        if a.ndim != 2 or a.shape[1] != 2:
+            raise ValueError(f"a must have shape (H, 2), got {tuple(a.shape)}")
+        if c.shape != (a.shape[0],):
+            raise ValueError(f"c must have shape ({a.shape[0]},), got {tuple(c.shape)}")
+        if not (torch.isfinite(a).all() and torch.isfinite(c).all()):
+            raise ValueError("a and c must be finite")
+        self.a, self.c = a.clone(), c.clone()
+
+    @property
+    def num_terms(self) -> int:
+        return int(self.a.shape[0])
+
+    @property
+    def C(self) -> float:
+        """``sum_h |c_h|``, the C of Definition 4."""
+        return float(self.c.abs().sum())
+
+    def l1_norms(self) -> torch.Tensor:
+        """``||a_h||_1`` for every term, (H,)."""
+        return self.a.abs().sum(dim=1)
+
+    def __call__(self, t) -> torch.Tensor:
+        t = torch.as_tensor(t, dtype=DTYPE)
+        z = t.unsqueeze(-1) * self.a[:, 0] + self.a[:, 1]  # (..., H)
+        return torch.relu(z) @ self.c
+
+    def __repr__(self) -> str:
+        return f"ReluSum(num_terms={self.num_terms}, C={self.C:.3g})"
+
+
+def _unit_term(slope: float, knot: float) -> tuple[list[float], float]:
+    """``slope * relu(t - knot)`` written as ``c relu(a . [t; 1])`` with ``||a||_1 = 1``."""
+    scale = 1.0 + abs(knot)
+    return [1.0 / scale, -knot / scale], slope * scale
+
+
+def interpolant(g: Callable[[torch.Tensor], torch.Tensor], R: float, M: int) -> ReluSum:
+    """The linear interpolant of ``g`` on ``M`` equal pieces of ``[-R, R]``, ``M + 1`` terms."""
+    R = float(validate.real("R", R, low=0.0, low_open=True))
+    M = validate.positive_int("M", M)
+    knots = torch.linspace(-R, R, M + 1, dtype=DTYPE)
+    knots[0], knots[-1] = -R, R
+    values = torch.as_tensor(g(knots), dtype=DTYPE)
+    slopes = (values[1:] - values[:-1]) / (knots[1:] - knots[:-1])  # (M,)
+    a, c = [[0.0, 1.0]], [float(values[0])]  # the constant g(-R)
+    changes = torch.cat([slopes[:1], slopes[1:] - slopes[:-1]])
+    for m in range(M):
+        am, cm = _unit_term(float(changes[m]), float(knots[m]))
+        a.append(am)
+        c.append(cm)
+    return ReluSum(a, c)
+
+
+def ramp(delta: float) -> ReluSum:
+    """``(relu(t) - relu(t - delta)) / delta``: 1 for t >= delta, 0 for t <= 0 (2 terms)."""
+    delta = float(validate.real("delta", delta, low=0.0, low_open=True))
+    a1, c1 = _unit_term(1.0 / delta, 0.0)
+    a2, c2 = _unit_term(-1.0 / delta, delta)
+    return ReluSum([a1, a2], [c1, c2])
+
+
+def identity_relu() -> ReluSum:
+    """ReLU itself, one term."""
+    return ReluSum([[1.0, 0.0]], [1.0])
+
+
+def sup_error(g: Callable[[torch.Tensor], torch.Tensor], rs: ReluSum, R: float, points: int = 20001) -> float:
+    """``max |g - rs|`` on a fine grid of ``[-R, R]`` (includes every knot when ``points - 1`` is a multiple of M)."""
+    t = torch.linspace(-R, R, points, dtype=DTYPE)
+    return float((torch.as_tensor(g(t), dtype=DTYPE) - rs(t)).abs().max())
