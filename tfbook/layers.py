@@ -1,38 +1,150 @@
-"""Explicit-weight transformer layers acting on a token matrix ``H`` of shape (batch, n, D).
+"""Explicit-weight layers acting on a token matrix ``H`` of shape (batch, n, D): the core of every chapter.
 
-Tokens are rows (torch convention); papers often write the transposed ``D x n`` form.
-Nothing here is trained: every weight is handed in by a construction.
+Tokens are rows (torch convention); papers often write the transposed ``D x n`` form. Nothing here is
+trained: every weight is handed in by a construction, and every layer does all of its arithmetic in
+``forward``. Each layer has a ``kind`` and a ``name`` (set by the model that holds it):
 
-* `Attention`: multi-head attention, ``H + sum_h A_h (H W_V^h.T + b_V^h) W_O^h.T`` with
-  scores ``(H W_Q.T + b_Q)(H W_K.T + b_K).T`` normalised by softmax, ReLU divided by the
-  number of keys, or hard attention (arg-max, ties averaged).
-* `FeedForward`: ``H + relu(H W_1.T + b_1) W_2.T + b_2`` (residual optional).
-* `Block` (attention then feed-forward) and `Transformer` (a stack of blocks that can
-  return every intermediate state).
+* `Attention` (kind ``"attn"``, or ``"xattn"`` for cross-attention to a memory): multi-head attention
+  ``H + sum_h A_h (X W_V^h.T + b_V^h) W_O^h.T`` with scores ``(H W_Q^h.T + b_Q^h)(X W_K^h.T + b_K^h).T``
+  (X = H, a key/value cache, or the memory). Normalisers: ``softmax`` (scores / temperature),
+  ``relu`` (relu(scores) / a count: the number of keys seen, or a fixed T), ``hard`` (arg-max, ties
+  averaged) and ``linear`` (the scores themselves). Key masks, causal masks, a null key with its own
+  value, and windows (query i sees keys i-U..i+U, the boundary masked or circular). Heads are stored
+  stacked, (heads, ...), and computed batched.
+* `ElementwiseMultiplication` (kind ``"ewml"``): ``h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i``, one token at a time.
+* `FeedForward` (kind ``"mlp"``): ``H + relu(H W_1.T + b_1) W_2.T + b_2`` (``residual=False`` drops ``H``).
+* `Block` (attention then feed-forward) and `Transformer` (a stack of blocks).
+* `perturb`: a context manager that scales or adds noise to the update of selected layers (by name,
+  kind or head); mutation tests and robustness experiments use it.
+
+Dense paper-form matrices are built on demand by ``dense()``, never stored.
 """
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
+from tfbook import validate
 from tfbook.device import DTYPE
 
-NORMALIZATIONS = ("softmax", "relu", "hard")
+NORMALIZATIONS = ("softmax", "relu", "hard", "linear")
+BOUNDARIES = ("masked", "circular")
+KINDS = ("attn", "xattn", "ewml", "mlp")
+CHUNK_ELEMENTS = 2**22  # score entries (batch x heads x queries x keys) computed at once
 
 
 def _as_tensor(x, name: str, ndim: int) -> torch.Tensor:
-    t = torch.as_tensor(x, dtype=DTYPE)
+    t = torch.as_tensor(x, dtype=DTYPE) if not isinstance(x, torch.Tensor) else x.to(DTYPE)
     if t.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
     return t
 
 
+def _frozen(t: Optional[torch.Tensor]) -> Optional[nn.Parameter]:
+    return None if t is None else nn.Parameter(t.detach().clone().to(DTYPE), requires_grad=False)
+
+
+# --- the perturbation hook -------------------------------------------------------------------------
+
+@dataclass
+class Perturbation:
+    """One active `perturb` context; ``hits`` counts the layer calls it changed."""
+
+    scale: Optional[float]
+    add: Optional[float]
+    names: Optional[tuple[str, ...]]
+    kinds: Optional[tuple[str, ...]]
+    heads: Optional[tuple[int, ...]]
+    fn: Optional[Callable[[nn.Module, torch.Tensor], torch.Tensor]]
+    generator: torch.Generator
+    hits: int = 0
+
+    def selects(self, layer: nn.Module) -> bool:
+        if self.kinds is not None and layer.kind not in self.kinds:
+            return False
+        return self.names is None or any(fnmatch.fnmatchcase(layer.name, p) for p in self.names)
+
+
+_ACTIVE: list[Perturbation] = []
+
+
+@contextlib.contextmanager
+def perturb(scale: Optional[float] = None, add: Optional[float] = None, *, names: Optional[Sequence[str]] = None,
+            kinds: Optional[Sequence[str]] = None, heads: Optional[Sequence[int]] = None,
+            fn: Optional[Callable[[nn.Module, torch.Tensor], torch.Tensor]] = None,
+            seed: int = 0) -> Iterator[Perturbation]:
+    """Change the update U of every selected core layer while the context is active.
+
+    A layer is selected when its ``name`` matches one of ``names`` (fnmatch patterns; None = every
+    layer) and its ``kind`` is in ``kinds`` (None = every kind). U (output minus input for residual
+    layers, the output otherwise) becomes ``scale * U + noise`` with noise uniform on [-add, add]
+    (drawn from ``seed``), then ``fn(layer, U)`` if given. With ``heads``, the scale applies only to
+    those heads of an attention or EWML layer (the other heads and the noise are unchanged).
+
+    >>> with perturb(scale=0.0, names=["block0.*"]) as p:
+    ...     pass
+    """
+    if scale is not None:
+        scale = validate.real("scale", scale)
+    if add is not None:
+        add = validate.real("add", add, low=0.0)
+    if kinds is not None:
+        for k in kinds:
+            validate.choice("kinds", k, KINDS)
+    if heads is not None:
+        heads = tuple(validate.positive_int("heads", h, 0) for h in heads)
+        if scale is None:
+            raise ValueError("heads needs a scale (the factor applied to those heads)")
+    if names is not None and isinstance(names, str):
+        names = [names]
+    gen = torch.Generator().manual_seed(validate.positive_int("seed", seed, 0))
+    p = Perturbation(scale, add, None if names is None else tuple(names), None if kinds is None else tuple(kinds),
+                     heads, fn, gen)
+    _ACTIVE.append(p)
+    try:
+        yield p
+    finally:
+        _ACTIVE.remove(p)
+
+
+def _head_scale(layer: nn.Module, num_heads: int, device) -> Optional[torch.Tensor]:
+    """(heads,) factors for the head-restricted perturbations that select ``layer``, or None."""
+    factors = None
+    for p in _ACTIVE:
+        if p.heads is not None and p.selects(layer):
+            factors = torch.ones(num_heads, dtype=DTYPE, device=device) if factors is None else factors
+            for h in p.heads:
+                if h < num_heads:
+                    factors[h] *= p.scale
+            p.hits += 1
+    return factors
+
+
+def _perturb_update(layer: nn.Module, update: torch.Tensor) -> torch.Tensor:
+    for p in _ACTIVE:
+        if not p.selects(layer) or (p.heads is not None and p.add is None and p.fn is None):
+            continue
+        if p.scale is not None and p.heads is None:
+            update = update * p.scale
+        if p.add is not None:
+            noise = (torch.rand(update.shape, generator=p.generator, dtype=DTYPE) * 2 - 1) * p.add
+            update = update + noise.to(update.device, update.dtype)
+        if p.fn is not None:
+            update = p.fn(layer, update)
+        p.hits += 1
+    return update
+
+
+# --- attention -------------------------------------------------------------------------------------
+
 @dataclass
 class HeadWeights:
-    """One attention head: ``W_Q, W_K`` (m_qk, D), ``W_V`` (m_v, D), ``W_O`` (D, m_v), optional biases."""
+    """One attention head: ``W_Q`` (m_qk, D), ``W_K`` (m_qk, D_kv), ``W_V`` (m_v, D_kv), ``W_O`` (D, m_v), optional biases."""
 
     W_Q: torch.Tensor
     W_K: torch.Tensor
@@ -45,19 +157,21 @@ class HeadWeights:
     def __post_init__(self) -> None:
         self.W_Q, self.W_K = _as_tensor(self.W_Q, "W_Q", 2), _as_tensor(self.W_K, "W_K", 2)
         self.W_V, self.W_O = _as_tensor(self.W_V, "W_V", 2), _as_tensor(self.W_O, "W_O", 2)
-        m_qk, D = self.W_Q.shape
-        m_v = self.W_V.shape[0]
-        if self.W_K.shape != (m_qk, D):
-            raise ValueError(f"W_K must have the shape of W_Q {(m_qk, D)}, got {tuple(self.W_K.shape)}")
-        if self.W_V.shape[1] != D or self.W_O.shape != (D, m_v):
-            raise ValueError(f"W_V must be (m_v, {D}) and W_O ({D}, m_v); got {tuple(self.W_V.shape)}, {tuple(self.W_O.shape)}")
-        zeros = {"b_Q": m_qk, "b_K": m_qk, "b_V": m_v}
-        for name, size in zeros.items():
+        m_qk, m_v, D_kv = self.W_Q.shape[0], self.W_V.shape[0], self.W_K.shape[1]
+        if self.W_K.shape[0] != m_qk:
+            raise ValueError(f"W_K must have {m_qk} rows like W_Q, got {tuple(self.W_K.shape)}")
+        if self.W_V.shape[1] != D_kv or self.W_O.shape[1] != m_v:
+            raise ValueError(f"W_V must be (m_v, {D_kv}) and W_O (D, m_v); got {tuple(self.W_V.shape)}, "
+                             f"{tuple(self.W_O.shape)}")
+        if self.W_O.shape[0] != self.W_Q.shape[1]:
+            raise ValueError(f"W_O must have {self.W_Q.shape[1]} rows (D of W_Q), got {self.W_O.shape[0]}")
+        for name, size in (("b_Q", m_qk), ("b_K", m_qk), ("b_V", m_v)):
             value = getattr(self, name)
-            value = torch.zeros(size, dtype=DTYPE) if value is None else _as_tensor(value, name, 1)
-            if value.shape != (size,):
-                raise ValueError(f"{name} must have shape ({size},), got {tuple(value.shape)}")
-            setattr(self, name, value)
+            if value is not None:
+                value = _as_tensor(value, name, 1)
+                if value.shape != (size,):
+                    raise ValueError(f"{name} must have shape ({size},), got {tuple(value.shape)}")
+                setattr(self, name, value)
 
     @classmethod
     def zeros(cls, D: int, m: int = 1) -> "HeadWeights":
@@ -65,99 +179,399 @@ class HeadWeights:
         return cls(*(torch.zeros(m, D, dtype=DTYPE) for _ in range(3)), torch.zeros(D, m, dtype=DTYPE))
 
 
-class Attention(nn.Module):
-    """Residual multi-head attention with explicit per-head Q, K, V, O weights.
+def _stack(tensors: Sequence[Optional[torch.Tensor]], rows: int, cols: Optional[int] = None) -> Optional[torch.Tensor]:
+    """Stack per-head matrices (or vectors) zero-padded to ``rows`` (x ``cols``); None if all are None."""
+    if all(t is None for t in tensors):
+        return None
+    out = []
+    for t in tensors:
+        shape = (rows,) if cols is None else (rows, cols)
+        z = torch.zeros(shape, dtype=DTYPE)
+        if t is not None:
+            z[: t.shape[0], ...] = t if cols is None else torch.nn.functional.pad(t, (0, cols - t.shape[1]))
+        out.append(z)
+    return torch.stack(out)
 
-    ``normalization``: ``"softmax"`` (over keys), ``"relu"`` (``relu(scores) / n_keys``) or
-    ``"hard"`` (uniform over the arg-max keys, ties averaged). ``causal=True`` lets query
-    ``i`` see keys ``0..i`` only.
+
+class HeadView:
+    """Read-only per-head view into a layer's stacked tensors (registers nothing)."""
+
+    def __init__(self, layer: nn.Module, index: int):
+        self._layer, self._index = layer, index
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        if name not in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V"):
+            raise AttributeError(name)
+        stacked = getattr(self._layer, name)
+        if stacked is None:  # absent bias: zeros of the right size
+            ref = {"b_Q": "W_Q", "b_K": "W_K", "b_V": "W_V"}[name]
+            W = getattr(self._layer, ref)
+            return torch.zeros(W.shape[1], dtype=DTYPE, device=W.device)
+        return stacked[self._index]
+
+
+def _project(X: torch.Tensor, W: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+    """X (B, n, Din), W (h, m, Din), b (h, m) -> (B, h, n, m), as one matrix product."""
+    h, m, d_in = W.shape
+    Y = (X @ W.reshape(h * m, d_in).T).reshape(*X.shape[:-1], h, m).transpose(-3, -2)  # (B, h, n, m)
+    return Y if b is None else Y + b[:, None, :]
+
+
+class _StackedLayer(nn.Module):
+    """Shared storage of stacked head tensors W_Q, W_K (h, m_qk, D_kv), W_V (h, m_v, D_kv), W_O (h, D, m_v)."""
+
+    kind = ""
+
+    def _store(self, W_Q, W_K, W_V, W_O, b_Q, b_K, b_V) -> None:
+        W_Q, W_K = _as_tensor(W_Q, "W_Q", 3), _as_tensor(W_K, "W_K", 3)
+        W_V, W_O = _as_tensor(W_V, "W_V", 3), _as_tensor(W_O, "W_O", 3)
+        h, m_qk, D = W_Q.shape
+        D_kv, m_v = W_K.shape[2], W_V.shape[1]
+        if h == 0:
+            raise ValueError("heads must contain at least one head")
+        if W_K.shape[:2] != (h, m_qk):
+            raise ValueError(f"W_K must have shape ({h}, {m_qk}, D_kv), got {tuple(W_K.shape)}")
+        if W_V.shape != (h, m_v, D_kv):
+            raise ValueError(f"W_V must have shape ({h}, m_v, {D_kv}), got {tuple(W_V.shape)}")
+        if W_O.shape != (h, D, m_v):
+            raise ValueError(f"W_O must have shape ({h}, {D}, {m_v}), got {tuple(W_O.shape)}")
+        for name, value, size in (("b_Q", b_Q, m_qk), ("b_K", b_K, m_qk), ("b_V", b_V, m_v)):
+            if value is not None and tuple(_as_tensor(value, name, 2).shape) != (h, size):
+                raise ValueError(f"{name} must have shape ({h}, {size}), got {tuple(torch.as_tensor(value).shape)}")
+        self.W_Q, self.W_K, self.W_V, self.W_O = (_frozen(t) for t in (W_Q, W_K, W_V, W_O))
+        self.b_Q, self.b_K, self.b_V = (_frozen(None if b is None else _as_tensor(b, "b", 2)) for b in (b_Q, b_K, b_V))
+        self.D, self.D_kv, self.name = D, D_kv, ""
+
+    @property
+    def num_heads(self) -> int:
+        return self.W_Q.shape[0]
+
+    @property
+    def heads(self) -> list[HeadView]:
+        """Per-head views exposing ``W_Q, b_Q, W_K, b_K, W_V, b_V, W_O``."""
+        return [HeadView(self, i) for i in range(self.num_heads)]
+
+    @property
+    def value_width(self) -> int:
+        """Total value width, heads x m_v (the width of the concatenated head outputs)."""
+        return self.W_V.shape[0] * self.W_V.shape[1]
+
+    def _dense_qk(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h, D, D) Q and K with <Q h, K h'> = (W_Q h) . (W_K h') and no biases."""
+        if any(b is not None and bool(b.any()) for b in (self.b_Q, self.b_K, self.b_V)):
+            raise ValueError("dense() gives the bias-free paper form; this layer has non-zero biases")
+        h, m, D = self.W_Q.shape
+        if m <= D:
+            Q = torch.zeros(h, D, D, dtype=DTYPE, device=self.W_Q.device)
+            K = torch.zeros(h, D, self.D_kv, dtype=DTYPE, device=self.W_Q.device)
+            Q[:, :m], K[:, :m] = self.W_Q, self.W_K
+            return Q, K
+        K = torch.eye(D, self.D_kv, dtype=DTYPE, device=self.W_Q.device).expand(h, -1, -1).clone()
+        if D != self.D_kv:
+            raise ValueError("dense() of a cross-attention layer needs m_qk <= D")
+        return self.W_K.transpose(1, 2) @ self.W_Q, K  # <(W_K^T W_Q) h, h'> = (W_Q h) . (W_K h')
+
+    def dense(self) -> dict[str, torch.Tensor]:
+        """Paper-form matrices Q, K (h, D, D) and V (h, D, D_kv) with score <Q h_i, K h_j> and value V h_j."""
+        Q, K = self._dense_qk()
+        return {"Q": Q, "K": K, "V": self.W_O @ self.W_V}
+
+
+class Attention(_StackedLayer):
+    """Residual multi-head attention with stacked heads; see the module docstring.
+
+    ``heads``: a sequence of `HeadWeights` (zero-padded to common sizes), or use `Attention.stacked`.
+    ``normalization``: one of `NORMALIZATIONS`. ``temperature`` (softmax): scores are divided by it.
+    ``relu_divisor`` (relu): ``"keys"`` divides by the number of keys each query sees (masked keys
+    excluded, the null key included), an int T by T. ``causal``: query i sees keys j <= i.
+    ``window=U``: query i sees keys j with |i - j| <= U; ``boundary="masked"`` drops keys outside the
+    sequence, ``"circular"`` uses keys (i + o) mod m for o in -U..U, counted with multiplicity.
+    ``null_key`` (h, m_qk) and ``null_value`` (h, m_v): one extra key, always present, placed first.
+    ``cross=True``: kind ``"xattn"``, keys and values come from ``memory`` (B, m, D_kv).
     """
 
-    def __init__(self, heads: Sequence[HeadWeights], normalization: str = "softmax", causal: bool = False):
+    def __init__(self, heads: Sequence[HeadWeights], normalization: str = "softmax", *, causal: bool = False,
+                 temperature: float = 1.0, relu_divisor: Union[str, int] = "keys", window: Optional[int] = None,
+                 boundary: str = "masked", null_key=None, null_value=None, cross: bool = False, name: str = "",
+                 _stacked: Optional[tuple] = None):
         super().__init__()
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-        if len(heads) == 0:
-            raise ValueError("heads must contain at least one HeadWeights")
-        D = heads[0].W_Q.shape[1]
-        if any(h.W_Q.shape[1] != D for h in heads):
-            raise ValueError("all heads must act on the same embedding dimension D")
-        self.normalization, self.causal, self.D = normalization, causal, D
-        self.heads = nn.ModuleList()
-        for h in heads:
-            head = nn.Module()
-            for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V"):
-                head.register_parameter(name, nn.Parameter(getattr(h, name).clone(), requires_grad=False))
-            self.heads.append(head)
+        if _stacked is None:
+            heads = list(heads)
+            if len(heads) == 0:
+                raise ValueError("heads must contain at least one HeadWeights")
+            if not all(isinstance(h, HeadWeights) for h in heads):
+                raise ValueError("heads must be HeadWeights (or use Attention.stacked for stacked tensors)")
+            D, D_kv = heads[0].W_Q.shape[1], heads[0].W_K.shape[1]
+            if any(h.W_Q.shape[1] != D or h.W_K.shape[1] != D_kv for h in heads):
+                raise ValueError("all heads must act on the same embedding dimensions")
+            m_qk = max(h.W_Q.shape[0] for h in heads)
+            m_v = max(h.W_V.shape[0] for h in heads)
+            _stacked = (_stack([h.W_Q for h in heads], m_qk, D), _stack([h.W_K for h in heads], m_qk, D_kv),
+                        _stack([h.W_V for h in heads], m_v, D_kv),
+                        torch.stack([nn.functional.pad(h.W_O, (0, m_v - h.W_O.shape[1])) for h in heads]),
+                        _stack([h.b_Q for h in heads], m_qk), _stack([h.b_K for h in heads], m_qk),
+                        _stack([h.b_V for h in heads], m_v))
+        self._store(*_stacked)
+        self.normalization = validate.choice("normalization", normalization, NORMALIZATIONS)
+        self.temperature = validate.real("temperature", temperature, low=0, low_open=True)
+        if relu_divisor != "keys":
+            relu_divisor = validate.positive_int("relu_divisor", relu_divisor)
+        self.relu_divisor = relu_divisor
+        self.causal, self.cross = bool(causal), bool(cross)
+        self.window = None if window is None else validate.positive_int("window", window, 0)
+        self.boundary = validate.choice("boundary", boundary, BOUNDARIES)
+        if self.cross and self.causal:
+            raise ValueError("causal must be False for cross-attention (cross=True)")
+        if self.cross and self.window is not None:
+            raise ValueError("window must be None for cross-attention (cross=True)")
+        if (null_key is None) != (null_value is None):
+            raise ValueError("null_key and null_value must be given together")
+        h, m_qk, m_v = self.num_heads, self.W_Q.shape[1], self.W_V.shape[1]
+        if null_key is not None:
+            null_key, null_value = _as_tensor(null_key, "null_key", 2), _as_tensor(null_value, "null_value", 2)
+            if null_key.shape != (h, m_qk) or null_value.shape != (h, m_v):
+                raise ValueError(f"null_key must be ({h}, {m_qk}) and null_value ({h}, {m_v}); got "
+                                 f"{tuple(null_key.shape)}, {tuple(null_value.shape)}")
+        self.null_key, self.null_value = _frozen(null_key), _frozen(null_value)
+        self.kind, self.name = ("xattn" if self.cross else "attn"), name
+        if not self.cross and self.D_kv != self.D:
+            raise ValueError(f"self-attention needs W_K with D = {self.D} columns, got {self.D_kv}")
 
-    def attention_matrices(self, H: torch.Tensor) -> list[torch.Tensor]:
-        """Per head, the (batch, n_queries, n_keys) attention weights."""
-        return [self._normalize(self._scores(head, H)) for head in self.heads]
+    @classmethod
+    def stacked(cls, W_Q, W_K, W_V, W_O, b_Q=None, b_K=None, b_V=None, normalization: str = "softmax",
+                **options) -> "Attention":
+        """Attention from stacked tensors W_Q, W_K (h, m_qk, D), W_V (h, m_v, D), W_O (h, D, m_v)."""
+        return cls((), normalization, _stacked=(W_Q, W_K, W_V, W_O, b_Q, b_K, b_V), **options)
 
-    def _scores(self, head: nn.Module, H: torch.Tensor) -> torch.Tensor:
-        Q = H @ head.W_Q.T + head.b_Q  # (B, n, m)
-        K = H @ head.W_K.T + head.b_K  # (B, n, m)
-        return Q @ K.transpose(-1, -2)  # (B, n, n)
-
-    def _normalize(self, S: torch.Tensor) -> torch.Tensor:
-        n = S.shape[-1]
-        mask = None
+    # -- masks -------------------------------------------------------------------------------------
+    def _counts(self, B: int, n: int, m: int, key_mask: Optional[torch.Tensor], device) -> Optional[torch.Tensor]:
+        """(B or 1, 1, n, m) multiplicity of each key for each query (0 = absent), or None if all are 1."""
+        counts = None
+        offset = 0 if self.cross else m - n  # query i sits at position offset + i
+        if not self.cross and offset < 0:
+            raise ValueError(f"memory must hold at least the {n} query positions, got {m}")
+        i = torch.arange(n, device=device)[:, None] + offset
+        j = torch.arange(m, device=device)[None, :]
         if self.causal:
-            mask = torch.ones(n, n, dtype=torch.bool, device=S.device).tril()
+            counts = (j <= i).to(DTYPE)
+        if self.window is not None:
+            U = self.window
+            if self.boundary == "masked":
+                w = ((j - i).abs() <= U).to(DTYPE)
+            else:
+                d = torch.remainder(j - i, m)
+                w = (torch.div(U - d, m, rounding_mode="floor") + torch.div(U + d, m, rounding_mode="floor") + 1)
+                w = w.clamp(min=0).to(DTYPE)
+            counts = w if counts is None else counts * w
+        if counts is not None:
+            counts = counts[None, None]  # (1, 1, n, m)
+        if key_mask is not None:
+            if key_mask.shape != (B, m):
+                raise ValueError(f"key_mask must have shape ({B}, {m}), got {tuple(key_mask.shape)}")
+            km = key_mask.to(device=device, dtype=DTYPE)[:, None, None, :]  # (B, 1, 1, m)
+            counts = km if counts is None else counts * km
+        if counts is not None and self.null_key is not None:
+            ones = torch.ones(*counts.shape[:-1], 1, dtype=DTYPE, device=device)
+            counts = torch.cat([ones, counts], dim=-1)
+        return counts
+
+    def _sources(self, H: torch.Tensor, memory: Optional[torch.Tensor]) -> torch.Tensor:
+        if H.ndim != 3 or H.shape[-1] != self.D:
+            raise ValueError(f"H must have shape (batch, n, {self.D}), got {tuple(H.shape)}")
+        if self.cross and memory is None:
+            raise ValueError("memory is required for cross-attention")
+        if memory is None:
+            return H
+        if memory.ndim != 3 or memory.shape[0] != H.shape[0] or memory.shape[-1] != self.D_kv:
+            raise ValueError(f"memory must have shape ({H.shape[0]}, m, {self.D_kv}), got {tuple(memory.shape)}")
+        return memory
+
+    def _scores(self, Q: torch.Tensor, K: torch.Tensor, sl: slice) -> torch.Tensor:
+        S = Q @ K.transpose(-1, -2)  # (B, hc, n, m)
+        if self.null_key is not None:
+            s0 = (Q * self.null_key[sl, None, :]).sum(-1, keepdim=True)  # (B, hc, n, 1)
+            S = torch.cat([s0, S], dim=-1)
+        return S
+
+    def _normalize(self, S: torch.Tensor, C: Optional[torch.Tensor]) -> torch.Tensor:
         if self.normalization == "softmax":
-            if mask is not None:
-                S = S.masked_fill(~mask, float("-inf"))
-            return torch.softmax(S, dim=-1)
+            S = S / self.temperature if self.temperature != 1.0 else S
+            if C is None:
+                return torch.softmax(S, dim=-1)
+            present = C > 0
+            top = S.masked_fill(~present, float("-inf")).amax(-1, keepdim=True)
+            top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+            E = torch.exp((S - top).masked_fill(~present, float("-inf"))) * C
+            total = E.sum(-1, keepdim=True)
+            return E / torch.where(total > 0, total, torch.ones_like(total))
         if self.normalization == "relu":
-            A = torch.relu(S)
-            if mask is None:
-                return A / n
-            A = A.masked_fill(~mask, 0.0)
-            return A / mask.sum(-1, keepdim=True).to(S.dtype)
-        if mask is not None:
-            S = S.masked_fill(~mask, float("-inf"))
-        top = (S == S.amax(dim=-1, keepdim=True)).to(S.dtype)
-        return top / top.sum(-1, keepdim=True)
+            A = torch.relu(S) if C is None else torch.relu(S) * C
+            if self.relu_divisor != "keys":
+                return A / self.relu_divisor
+            if C is None:
+                return A / S.shape[-1]
+            count = C.sum(-1, keepdim=True)
+            return A / torch.where(count > 0, count, torch.ones_like(count))
+        if self.normalization == "linear":
+            return S if C is None else S * C
+        present = torch.ones_like(S, dtype=torch.bool) if C is None else (C > 0).expand_as(S)
+        top = S.masked_fill(~present, float("-inf")).amax(-1, keepdim=True)
+        A = ((S == top) & present).to(DTYPE)
+        A = A if C is None else A * C
+        total = A.sum(-1, keepdim=True)
+        return A / torch.where(total > 0, total, torch.ones_like(total))
+
+    def _chunks(self, B: int, n: int, m: int) -> list[slice]:
+        per = max(1, CHUNK_ELEMENTS // max(1, B * n * m))
+        return [slice(s, min(s + per, self.num_heads)) for s in range(0, self.num_heads, per)]
+
+    def _weights_and_values(self, H, memory, key_mask):
+        X = self._sources(H, memory)
+        B, n, m = H.shape[0], H.shape[1], X.shape[1]
+        C = self._counts(B, n, m, key_mask, H.device)
+        return X, C, B, n, m
+
+    def scores(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
+               key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Raw scores (B, h, n, m), with the null key's column first when there is one."""
+        X, _, _, _, _ = self._weights_and_values(H, memory, key_mask)
+        return self._scores(_project(H, self.W_Q, self.b_Q), _project(X, self.W_K, self.b_K), slice(None))
+
+    def attention_weights(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
+                          key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Normalised attention weights (B, h, n, m), with the null key's column first when there is one."""
+        X, C, _, _, _ = self._weights_and_values(H, memory, key_mask)
+        S = self._scores(_project(H, self.W_Q, self.b_Q), _project(X, self.W_K, self.b_K), slice(None))
+        return self._normalize(S, C)
+
+    def attention_matrices(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
+                           key_mask: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
+        """Per head, the (B, n, m) attention weights (`attention_weights` split by head)."""
+        return list(self.attention_weights(H, memory, key_mask).unbind(1))
+
+    def forward(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
+                key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        X, C, B, n, m = self._weights_and_values(H, memory, key_mask)
+        factors = _head_scale(self, self.num_heads, H.device) if _ACTIVE else None
+        m_v = self.W_V.shape[1]
+        update = torch.zeros(B, n, self.D, dtype=H.dtype, device=H.device)
+        for sl in self._chunks(B, n, m + (self.null_key is not None)):
+            Q = _project(H, self.W_Q[sl], None if self.b_Q is None else self.b_Q[sl])  # (B, hc, n, m_qk)
+            K = _project(X, self.W_K[sl], None if self.b_K is None else self.b_K[sl])  # (B, hc, m, m_qk)
+            V = _project(X, self.W_V[sl], None if self.b_V is None else self.b_V[sl])  # (B, hc, m, m_v)
+            A = self._normalize(self._scores(Q, K, sl), C)  # (B, hc, n, m[+1])
+            if self.null_key is not None:
+                V = torch.cat([self.null_value[sl, None, :].expand(B, -1, 1, -1), V], dim=2)
+            O = A @ V  # (B, hc, n, m_v)
+            if factors is not None:
+                O = O * factors[sl, None, None]
+            hc = O.shape[1]
+            W_O = self.W_O[sl].permute(1, 0, 2).reshape(self.D, hc * m_v)  # (D, hc * m_v)
+            update = update + O.transpose(1, 2).reshape(B, n, hc * m_v) @ W_O.T  # (B, n, D)
+        if _ACTIVE:
+            update = _perturb_update(self, update)
+        return H + update
+
+    def extra_repr(self) -> str:
+        return (f"name={self.name!r}, kind={self.kind}, heads={self.num_heads}, normalization={self.normalization}, "
+                f"causal={self.causal}, window={self.window}")
+
+
+class ElementwiseMultiplication(_StackedLayer):
+    """``h_i + sum_m <W_Q^m h_i + b_Q^m, W_K^m h_i + b_K^m> W_O^m (W_V^m h_i + b_V^m)``: tokens do not mix.
+
+    Stacked tensors W_Q, W_K (h, m_qk, D), W_V (h, m_v, D), W_O (h, D, m_v); kind ``"ewml"``.
+    """
+
+    def __init__(self, W_Q, W_K, W_V, W_O, b_Q=None, b_K=None, b_V=None, name: str = ""):
+        super().__init__()
+        self._store(W_Q, W_K, W_V, W_O, b_Q, b_K, b_V)
+        if self.D_kv != self.D:
+            raise ValueError(f"W_K must have D = {self.D} columns, got {self.D_kv}")
+        self.kind, self.name = "ewml", name
+
+    def gates(self, H: torch.Tensor) -> torch.Tensor:
+        """(B, h, n) bilinear gates <Q_m h_i, K_m h_i>."""
+        return (_project(H, self.W_Q, self.b_Q) * _project(H, self.W_K, self.b_K)).sum(-1)
 
     def forward(self, H: torch.Tensor) -> torch.Tensor:
-        out = H
-        for head in self.heads:
-            A = self._normalize(self._scores(head, H))  # (B, n, n)
-            V = H @ head.W_V.T + head.b_V  # (B, n, m_v)
-            out = out + (A @ V) @ head.W_O.T  # (B, n, D)
-        return out
+        if H.ndim != 3 or H.shape[-1] != self.D:
+            raise ValueError(f"H must have shape (batch, n, {self.D}), got {tuple(H.shape)}")
+        B, n = H.shape[:2]
+        h, m_v = self.num_heads, self.W_V.shape[1]
+        O = self.gates(H)[..., None] * _project(H, self.W_V, self.b_V)  # (B, h, n, m_v)
+        if _ACTIVE:
+            factors = _head_scale(self, h, H.device)
+            if factors is not None:
+                O = O * factors[:, None, None]
+        W_O = self.W_O.permute(1, 0, 2).reshape(self.D, h * m_v)  # (D, h * m_v)
+        update = O.transpose(1, 2).reshape(B, n, h * m_v) @ W_O.T  # (B, n, D)
+        if _ACTIVE:
+            update = _perturb_update(self, update)
+        return H + update
 
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, kind=ewml, heads={self.num_heads}"
+
+
+# --- feed-forward ----------------------------------------------------------------------------------
 
 class FeedForward(nn.Module):
-    """``H + relu(H W_1.T + b_1) W_2.T + b_2`` with ``W_1`` (m, D), ``W_2`` (D, m); ``residual=False`` drops ``H``."""
+    """``H + relu(H W_1.T + b_1) W_2.T + b_2`` with ``W_1`` (m, D), ``W_2`` (D_out, m); ``residual=False`` drops ``H``.
 
-    def __init__(self, W_1, b_1, W_2, b_2, residual: bool = True):
+    A bias given as None stores no parameter.
+    """
+
+    kind = "mlp"
+
+    def __init__(self, W_1, b_1, W_2, b_2, residual: bool = True, name: str = ""):
         super().__init__()
         W_1, W_2 = _as_tensor(W_1, "W_1", 2), _as_tensor(W_2, "W_2", 2)
-        b_1, b_2 = _as_tensor(b_1, "b_1", 1), _as_tensor(b_2, "b_2", 1)
         m, D = W_1.shape
-        if b_1.shape != (m,) or W_2.shape[1] != m or b_2.shape != (W_2.shape[0],):
-            raise ValueError(
-                f"inconsistent feed-forward shapes: W_1 {tuple(W_1.shape)}, b_1 {tuple(b_1.shape)}, "
-                f"W_2 {tuple(W_2.shape)}, b_2 {tuple(b_2.shape)}"
-            )
+        if W_2.shape[1] != m:
+            raise ValueError(f"W_2 must have {m} columns (the hidden width of W_1), got {tuple(W_2.shape)}")
+        if b_1 is not None:
+            b_1 = _as_tensor(b_1, "b_1", 1)
+            if b_1.shape != (m,):
+                raise ValueError(f"b_1 must have shape ({m},), got {tuple(b_1.shape)}")
+        if b_2 is not None:
+            b_2 = _as_tensor(b_2, "b_2", 1)
+            if b_2.shape != (W_2.shape[0],):
+                raise ValueError(f"b_2 must have shape ({W_2.shape[0]},), got {tuple(b_2.shape)}")
         if residual and W_2.shape[0] != D:
             raise ValueError(f"a residual feed-forward layer needs W_2 with {D} rows, got {W_2.shape[0]}")
-        self.residual = residual
-        for name, value in (("W_1", W_1), ("b_1", b_1), ("W_2", W_2), ("b_2", b_2)):
-            self.register_parameter(name, nn.Parameter(value.clone(), requires_grad=False))
+        self.residual, self.name, self.D = bool(residual), name, D
+        self.W_1, self.b_1, self.W_2, self.b_2 = (_frozen(t) for t in (W_1, b_1, W_2, b_2))
 
     @property
     def hidden_width(self) -> int:
         return self.W_1.shape[0]
 
+    def dense(self) -> dict[str, torch.Tensor]:
+        """The paper-form matrices ``W1`` (m, D) and ``W2`` (D_out, m), with the biases when present."""
+        out = {"W1": self.W_1.detach(), "W2": self.W_2.detach()}
+        out.update({k: v.detach() for k, v in (("b1", self.b_1), ("b2", self.b_2)) if v is not None})
+        return out
+
     def forward(self, H: torch.Tensor) -> torch.Tensor:
-        out = torch.relu(H @ self.W_1.T + self.b_1) @ self.W_2.T + self.b_2  # (B, n, D_out)
+        if H.shape[-1] != self.D:
+            raise ValueError(f"H must have last dimension {self.D}, got {tuple(H.shape)}")
+        Z = H @ self.W_1.T
+        Z = torch.relu(Z if self.b_1 is None else Z + self.b_1)  # (B, n, m)
+        out = Z @ self.W_2.T
+        out = out if self.b_2 is None else out + self.b_2  # (B, n, D_out)
+        if _ACTIVE:
+            out = _perturb_update(self, out)
         return H + out if self.residual else out
 
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, kind=mlp, hidden={self.hidden_width}, residual={self.residual}"
+
+
+# --- blocks ----------------------------------------------------------------------------------------
 
 class Block(nn.Module):
-    """A transformer block: optional attention, then optional feed-forward (both residual)."""
+    """A transformer block: optional attention, then optional feed-forward."""
 
     def __init__(self, attention: Optional[Attention] = None, feed_forward: Optional[FeedForward] = None):
         super().__init__()
@@ -175,13 +589,24 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """A stack of blocks acting on (batch, n, D); ``forward(H, return_all=True)`` returns every state."""
+    """A stack of blocks acting on (batch, n, D); ``forward(H, return_all=True)`` returns every state.
+
+    Unnamed sublayers are named ``block{i}.attn`` and ``block{i}.ff``.
+    """
 
     def __init__(self, blocks: Sequence[Block]):
         super().__init__()
         if len(blocks) == 0:
             raise ValueError("blocks must contain at least one Block")
         self.blocks = nn.ModuleList(blocks)
+        for i, block in enumerate(self.blocks):
+            for layer, suffix in ((block.attention, "attn"), (block.feed_forward, "ff")):
+                if layer is not None and not layer.name:
+                    layer.name = f"block{i}.{suffix}"
+
+    def named_sublayers(self) -> list[tuple[str, nn.Module]]:
+        """(name, layer) for every attention and feed-forward layer, in order."""
+        return [(layer.name, layer) for block in self.blocks for layer in block.sublayers()]
 
     @property
     def depth(self) -> int:
@@ -197,13 +622,12 @@ class Transformer(nn.Module):
         if H.ndim != 3:
             raise ValueError(f"H must have shape (batch, n, D), got {tuple(H.shape)}")
         states = [H]
-        for block in self.blocks:
-            for layer in block.sublayers():
-                states.append(layer(states[-1]))
+        for _, layer in self.named_sublayers():
+            states.append(layer(states[-1]))
         return states if return_all else states[-1]
 
     def num_parameters(self) -> int:
-        """Number of scalar weights (dense count, zeros included)."""
+        """Number of stored scalar weights (dense count, zeros included)."""
         return sum(p.numel() for p in self.parameters())
 
     def num_nonzero(self) -> int:
