@@ -3,9 +3,34 @@
 Public API: `build_transformer` (Theorem 1's (2N+4)L-layer transformer), `ReluSum` and
 `interpolant` (Definition 4). The references it is checked against live in `tfbook.icgd.nets`.
 """
+import torch  # noqa: F401
+
 from tfbook.icgd.construct import ICGDTransformer, build_transformer
 from tfbook.icgd.nets import ACTIVATIONS, LOSSES, NetSpec
 from tfbook.icgd.relu_sums import ReluSum, interpolant, ramp
 
 __all__ = ["ACTIVATIONS", "LOSSES", "ICGDTransformer", "NetSpec", "ReluSum", "build_transformer", "interpolant",
            "ramp"]
+
+
+def _bench_build(device, N: int = 4, K: int = 8, M: int = 128, n: int = 20, L: int = 5, dx: int = 8):
+    from tfbook.icgd.verify import random_prompt
+
+    model = build_transformer(dx, 1, K, N, n, L, 0.1, activation="softplus", box=1.0, M=M, R=8.0)
+    for layer in model.layers:  # per layer: Construction shadows nn.Module._apply, so model.to() is unavailable
+        layer.to(device)
+    X, Y, xq, w0 = (t.to(device) for t in random_prompt(model, 4, seed=0))
+    return model, model.embed(X, Y, xq, w0)
+
+
+def _register() -> None:
+    from tfbook import bench
+
+    bench.register("icgd: Theorem 1 transformer (N=4, K=8, M=128, n=20, L=5)", _bench_build,
+                   lambda state: state[0](state[1]), units="prompts", count=4)
+    bench.register("icgd: Theorem 1 transformer, GPU size (N=6, K=16, dx=20, M=256, n=20, L=5)",
+                   lambda device: _bench_build(device, N=6, K=16, M=256, dx=20),
+                   lambda state: state[0](state[1]), units="prompts", count=4)
+
+
+_register()

@@ -1,0 +1,285 @@
+"""Tests for tfbook.icgd: Theorem 1's transformer running projected GD on a deep network in context."""
+import math
+
+import pytest
+import torch
+
+from tfbook.claims import ClaimError, Claims
+from tfbook.device import DTYPE
+from tfbook.icgd import ReluSum, build_transformer, interpolant
+from tfbook.icgd import bounds as Bd
+from tfbook.icgd import verify as V
+from tfbook.icgd.nets import ACT, ACTIVATIONS, LOSSES, NetSpec, autograd_gradient, explicit_gradient
+from tfbook.layers import perturb
+
+
+def _model(act="tanh", **kw):
+    args = dict(dx=3, dy=2, K=3, N=3, n=7, L=2, eta=0.4, activation=act, box=1.5, M=32,
+                delta=1e-5 if act == "relu" else None)
+    args.update(kw)
+    return build_transformer(**args)
+
+
+# --- sums of ReLUs -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["softplus", "sigmoid", "tanh"])
+@pytest.mark.parametrize("M", [1, 5, 40])
+def test_interpolant_knots_norms_and_error(name, M):
+    g, R = ACT[name].r, 3.7
+    rs = interpolant(g, R, M)
+    assert rs.num_terms <= M + 1 and bool((rs.l1_norms() <= 1 + 1e-12).all())
+    knots = torch.linspace(-R, R, M + 1, dtype=DTYPE)
+    assert torch.allclose(rs(knots), g(knots), atol=1e-12)
+    mid = (knots[1:] + knots[:-1]) / 2  # linear between knots
+    assert torch.allclose(rs(mid), (g(knots[1:]) + g(knots[:-1])) / 2, atol=1e-12)
+    t = torch.linspace(-R, R, 4001, dtype=DTYPE)
+    assert float((rs(t) - g(t)).abs().max()) <= (2 * R / M) ** 2 / 8 * ACT[name].max_ddr + 1e-12
+    left = torch.tensor([-R - 1.0, -R - 10.0], dtype=DTYPE)  # constant left of -R
+    assert torch.allclose(rs(left), g(torch.tensor([-R], dtype=DTYPE)).expand(2), atol=1e-12)
+
+
+def test_relusum_evaluates_its_definition():
+    a = torch.tensor([[0.5, -0.5], [-0.2, 0.3], [0.0, 1.0]], dtype=DTYPE)
+    c = torch.tensor([2.0, -1.0, 0.25], dtype=DTYPE)
+    rs = ReluSum(a, c)
+    t = torch.linspace(-3, 3, 61, dtype=DTYPE).reshape(61, 1)
+    naive = sum(c[h] * torch.relu(a[h, 0] * t + a[h, 1]) for h in range(3))
+    assert rs.num_terms == 3 and torch.allclose(rs(t), naive, atol=1e-15)
+    assert rs(t).shape == t.shape
+
+
+def test_interpolant_errors_fall_like_M_squared():
+    errs = [float((interpolant(torch.tanh, 4.0, M)(t) - torch.tanh(t)).abs().max())
+            for M in (16, 64) for t in [torch.linspace(-4, 4, 20001, dtype=DTYPE)]]
+    assert 10 < errs[0] / errs[1] < 22  # ratio 16 for M^-2
+
+
+# --- the reference network and Lemma 1 -------------------------------------------------------------
+
+@pytest.mark.parametrize("N", [2, 3, 4, 6])
+@pytest.mark.parametrize("act", ACTIVATIONS)
+@pytest.mark.parametrize("loss", LOSSES)
+def test_lemma1_matches_autograd(N, act, loss):
+    spec = NetSpec(3, 2, 4, N)
+    g = torch.Generator().manual_seed(N)
+    w = torch.stack([spec.random_w(0.8, g) for _ in range(2)])
+    X = torch.randn(2, 9, 3, generator=g, dtype=DTYPE)
+    Y = torch.randn(2, 9, 2, generator=g, dtype=DTYPE)
+    parts = explicit_gradient(spec, w, X, Y, act, loss)
+    ref = autograd_gradient(spec, w, X, Y, act, loss)
+    assert float(ref.abs().max()) > 1e-3
+    assert float((parts.grad - ref).abs().max()) <= 1e-12
+
+
+# --- construction: layers, slots, contract --------------------------------------------------------------
+
+def _naive(layer, H):
+    if layer.kind == "mlp":
+        W1, W2 = layer.dense()
+        assert W1.shape == (layer.hidden_width, H.shape[-1]) and W2.shape == (H.shape[-1], layer.hidden_width)
+        return H + torch.relu(H @ W1.T) @ W2.T
+    Q, K, Vm = layer.dense()
+    D = H.shape[-1]
+    assert Q.shape == K.shape == Vm.shape == (layer.num_heads, D, D)
+    q = torch.einsum("hde,bie->bhid", Q, H)
+    k = torch.einsum("hde,bse->bhsd", K, H)
+    v = torch.einsum("hde,bse->bhsd", Vm, H)
+    if layer.kind == "ewml":
+        return H + torch.einsum("bhi,bhid->bid", (q * k).sum(-1), v)
+    T = H.shape[1]
+    return H + torch.einsum("bhis,bhsd->bid", torch.relu(q @ k.transpose(-1, -2)), v) / T
+
+
+@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+def test_every_layer_matches_naive_dense_reference(act):
+    m = _model(act, M=6)
+    assert m.layer_types[:m.block_size] == (["attn"] * (m.spec.N + 1) + ["mlp"] + ["ewml"] * m.spec.N
+                                             + ["attn", "mlp"])
+    X, Y, xq, w0 = V.random_prompt(m, 2, seed=5)
+    states = m(m.embed(X, Y, xq, w0), return_all=True)
+    for layer, Hin, Hout in zip(m.layers[:m.block_size], states, states[1:]):
+        assert float((_naive(layer, Hin) - Hout).abs().max()) <= 1e-9 * (1 + float(Hout.abs().max()))
+    G = torch.randn(1, 5, m.embed_dim, generator=torch.Generator().manual_seed(0), dtype=DTYPE)  # arbitrary states
+    for layer in m.layers[:m.block_size]:
+        assert float((_naive(layer, G) - layer(G)).abs().max()) <= 1e-9 * (1 + float(G.abs().max()) ** 3)
+
+
+def test_every_slot_of_one_block_relu_exact():
+    m = _model("relu", delta=1e-4)
+    X, Y, xq, w0 = V.random_prompt(m, 2, seed=3)
+    parts = explicit_gradient(m.spec, w0, X, Y, "relu", "squared")
+    assert float(parts.grad.abs().max()) > 1e-3
+    errs = V.slot_errors(m, X, Y, xq, w0)
+    assert set(errs) == {"g"} | {f"{s}{j}" for j in range(1, 4) for s in ("p", "s")} | {"r0", "r1", "r2"}
+    assert max(errs.values()) <= 1e-9
+
+
+@pytest.mark.parametrize("act", ["softplus", "sigmoid", "tanh"])
+def test_slots_within_lemmas_2_to_4(act):
+    m = _model(act, M=48, R=None if act != "softplus" else 8.0)
+    X, Y, xq, w0 = V.random_prompt(m, 2, seed=4)
+    errs = V.slot_errors(m, X, Y, xq, w0)
+    c = Bd.constants(m, w0[:, None], X, Y)
+    for j in range(1, m.spec.N + 1):
+        assert 0 < errs[f"p{j}"] <= Bd.lemma2(c, j, m.spec.out(j))
+        assert 0 < errs[f"r{j - 1}"] <= Bd.lemma3(c, j, m.spec.out(j - 1) if j > 1 else m.spec.dx)
+    assert errs["g"] <= Bd.lemma4(c)
+    assert max(errs[f"s{j}"] for j in range(1, 4)) <= Bd.lemma6(c)
+
+
+@pytest.mark.parametrize("act,loss", [("relu", "squared"), ("tanh", "logcosh"), ("softplus", "squared")])
+def test_state_contract_query_and_permutation(act, loss):
+    m = _model(act, loss=loss, R=6.0 if act == "softplus" else None)
+    X, Y, xq, w0 = V.random_prompt(m, 3, seed=7)
+    claims = Claims("contract")
+    V.check_state_contract(claims, m, X, Y, xq, w0)
+    V.check_query(claims, m, X, Y, xq, w0)
+    V.check_permutation(claims, m, X, Y, xq, w0)
+    assert claims.all_hold()
+
+
+def test_relu_transformer_is_projected_gd_and_box_is_active():
+    m = _model("relu", box=0.6, eta=10.0, L=3)
+    X, Y, xq, w0 = V.random_prompt(m, 2, seed=11)
+    ws = m.run(X, Y, xq, w0)
+    assert ws.shape == (2, m.L + 1, m.spec.D_N) and torch.equal(ws[:, 0], w0)
+    proj = V.reference_gd(m, X, Y, w0)
+    free = V.reference_gd(m, X, Y, w0, box=None)
+    assert float((ws - proj).abs().max()) <= 1e-9
+    assert float((ws - free).abs().max()) >= 1e-2  # the box is active: unprojected GD differs
+    assert float(ws.abs().max()) <= m.box
+
+
+def test_prompt_length_changes_the_step():
+    m = _model("relu", n=7, L=2)
+    for n_prime in (3, 12):
+        X, Y, xq, w0 = V.random_prompt(m, 2, n_prime=n_prime, seed=n_prime)
+        ws = m.run(X, Y, xq, w0)
+        eff = m.eta * (m.n + 1) * n_prime / (m.n * (n_prime + 1))
+        assert float((ws - V.reference_gd(m, X, Y, w0, eta=eff)).abs().max()) <= 1e-9
+        assert float((ws - V.reference_gd(m, X, Y, w0)).abs().max()) >= 1e-4
+
+
+def test_smooth_error_falls_with_M():
+    errs = []
+    for M in (16, 64):
+        m = _model("sigmoid", M=M, box=2.0, eta=1.0)
+        X, Y, xq, w0 = V.random_prompt(m, 2, seed=1)
+        errs.append(float((m.run(X, Y, xq, w0) - V.reference_gd(m, X, Y, w0)).norm(dim=-1).max()))
+    assert 0 < errs[1] < errs[0] / 8
+
+
+def test_sizes_against_formulas():
+    for act, kw in (("tanh", {}), ("relu", {}), ("softplus", {"loss": "logcosh", "R": 5.0})):
+        m = _model(act, **kw)
+        s, D = m.spec, m.embed_dim
+        assert m.num_layers == (2 * s.N + 4) * m.L == len(m.layers) == len(m.layer_types)
+        assert D == s.dx + 2 * s.dy + s.D_N + 3 * ((s.N - 1) * s.K + s.dy) + 2 and s.D_N == (s.dx + s.dy) * s.K + (s.N - 2) * s.K ** 2
+        hr, hd = m.r_hat.num_terms, m.dr_hat.num_terms
+        want = ([s.out(j) * hr for j in range(1, s.N + 1)] + [((s.N - 1) * s.K + s.dy) * hd, 0, s.dy]
+                + [s.K] * (s.N - 1) + [2 * ((s.N - 1) * s.K + s.dy), 0])
+        assert m.heads_per_layer() == want * m.L
+        assert m.width == 2 * (D - s.dx - s.dy - 2)
+        dense = sum(3 * h * D * D if k != "mlp" else 0 for h, k in zip(m.heads_per_layer(), m.layer_types))
+        dense += sum(2 * l.hidden_width * D for l in m.layers if l.kind == "mlp")
+        assert m.num_parameters() == dense
+        assert all(float(rs.l1_norms().max()) <= 1 + 1e-12 for rs in (m.r_hat, m.dr_hat))
+    names = m.layout.names()
+    assert names[:3] == ["x", "y", "w"] and names[-2:] == ["one", "t"] and {"g", "p3", "r2", "s1"} <= set(names)
+
+
+def test_deterministic_no_autograd_weights_fixed(monkeypatch):
+    torch.manual_seed(1)
+    a = _model("softplus", R=5.0)
+    torch.manual_seed(2)
+    torch.randn(100)
+    b = _model("softplus", R=5.0)
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+    before = [p.clone() for p in a.parameters()]
+
+    def boom(*args, **kwargs):
+        raise AssertionError("autograd used")
+
+    monkeypatch.setattr(torch.autograd, "grad", boom)
+    monkeypatch.setattr(torch.autograd, "backward", boom)
+    monkeypatch.setattr(torch.Tensor, "backward", boom)
+    c = _model("tanh")
+    X, Y, xq, w0 = V.random_prompt(a, 2, seed=0)
+    a.run(X, Y, xq, w0)
+    c.run(X, Y, xq, w0)
+    assert all(torch.equal(p, q) for p, q in zip(before, a.parameters()))
+
+
+def test_a_priori_R_covers_worst_prompts():
+    for act in ("softplus", "tanh", "relu"):
+        m = _model(act, box=1.0, M=64)
+        X = torch.ones(1, 7, 3, dtype=DTYPE)
+        w0 = torch.ones(1, m.spec.D_N, dtype=DTYPE)  # the largest pre-activations
+        H = m.embed(X, torch.ones(1, 7, 2, dtype=DTYPE), X[:, 0], w0)
+        trace = m.trace(H)
+        worst = 0.0
+        lay = m.layout
+        S = trace.state("b0.deriv")
+        for j in range(1, m.spec.N + 1):
+            src = lay.read(S, "x" if j == 1 else f"p{j - 1}")
+            Vj = m.spec.matrices(w0)[j - 1]
+            worst = max(worst, float((src @ Vj.transpose(-1, -2)).abs().max()))
+        assert 0.99 * m.R <= worst <= m.R  # attained by the worst prompt
+
+
+# --- mutations ---------------------------------------------------------------------------------------
+
+def test_mutations_break_the_claims():
+    m = _model("relu", L=2)
+    X, Y, xq, w0 = V.random_prompt(m, 2, seed=3)
+
+    def gd_claim():
+        c = Claims("gd")
+        err = float((m.run(X, Y, xq, w0) - V.reference_gd(m, X, Y, w0)).abs().max())
+        c.check("Thm 1", "ReLU net: |w_hat - w_GD|", err, 1e-9)
+
+    gd_claim()
+    with perturb(scale=1 + 1e-3, names=["b0.update"], heads=[0]), pytest.raises(ClaimError):
+        gd_claim()
+    with perturb(scale=1 + 1e-3), pytest.raises(ClaimError):
+        gd_claim()
+    with perturb(scale=0.0, names=["*.proj"]), pytest.raises(ClaimError):
+        V.check_state_contract(Claims("c"), m, X, Y, xq, w0)
+    bad = V.drop_query_gate(m)
+    with pytest.raises(ClaimError):
+        V.check_query(Claims("q"), bad, X, Y, xq, w0)
+    V.check_query(Claims("q"), m, X, Y, xq, w0)  # the original keeps its gate
+
+
+# --- bad input -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw,name", [
+    ({"dx": 0}, "dx"), ({"dy": 1.0}, "dy"), ({"K": -1}, "K"), ({"n": 0}, "n"), ({"L": True}, "L"), ({"M": 0}, "M"),
+    ({"N": 1}, "N"), ({"eta": 0.0}, "eta"), ({"eta": math.inf}, "eta"), ({"box": -1.0}, "box"),
+    ({"x_bound": math.nan}, "x_bound"), ({"y_bound": 0}, "y_bound"), ({"R": 0.0}, "R"),
+    ({"activation": "gelu"}, "activation"), ({"loss": "l1"}, "loss"),
+    ({"activation": "relu", "delta": None}, "delta"), ({"activation": "relu", "delta": 0.0}, "delta")])
+def test_build_errors(kw, name):
+    args = dict(dx=2, dy=1, K=2, N=2, n=3, L=1, eta=0.1)
+    args.update(kw)
+    with pytest.raises(ValueError, match=name):
+        build_transformer(**args)
+
+
+def test_embed_run_and_interpolant_errors():
+    m = build_transformer(2, 1, 2, 2, 3, 1, 0.1, activation="relu", delta=0.01)
+    X, Y, xq, w0 = V.random_prompt(m, 2, seed=0)
+    bad = [((X[0], Y, xq, w0), "X"), ((X, Y[:, :2], xq, w0), "Y"), ((X, Y, xq[:1], w0), "x_query"),
+           ((X, Y, xq, w0[:, :-1]), "w0"), ((X[:, :0], Y[:, :0], xq, w0), "X"), ((X * 2, Y, xq, w0), "X"),
+           ((X, Y, xq * 2 + 1, w0), "x_query"), ((X, Y * 3, xq, w0), "Y"), ((X, Y, xq, w0 * 3), "w0"),
+           ((X.clone().fill_(math.nan), Y, xq, w0), "X")]
+    for args, name in bad:
+        with pytest.raises(ValueError, match=name):
+            m.embed(*args)
+    with pytest.raises(ValueError):
+        m(torch.zeros(1, 3, m.embed_dim + 1, dtype=DTYPE))
+    with pytest.raises(ValueError, match="R"):
+        interpolant(torch.tanh, 0.0, 4)
+    with pytest.raises(ValueError, match="M"):
+        interpolant(torch.tanh, 1.0, 0)

@@ -1,0 +1,141 @@
+"""Executed checks of Theorem 1's transformer, shared by the notebooks and the tests.
+
+Each ``check_*`` measures on the built model and records claims in a `tfbook.claims.Claims`
+(which raises `ClaimError` when one fails). The references (explicit Lemma 1, autograd GD) come
+from `tfbook.icgd.nets`; the model never calls them.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import torch
+
+from tfbook.claims import Claims
+from tfbook.device import DTYPE
+from tfbook.icgd.construct import ICGDTransformer, scratch_slots
+from tfbook.icgd.nets import autograd_gradient, explicit_gradient, projected_gd
+
+ROUNDOFF = 1e-10
+"""Bound for quantities that are rounding noise (the ReLU ramp amplifies rounding by 1/delta)."""
+
+
+def random_prompt(model: ICGDTransformer, B: int = 2, n_prime: Optional[int] = None, seed: int = 0,
+                  w_scale: float = 1.0):
+    """(X, Y, x_query, w0): X, x_query uniform in [-x_bound, x_bound], Y in [-y_bound, y_bound], w0 in w_scale*box."""
+    g = torch.Generator().manual_seed(seed)
+    s, n = model.spec, model.n if n_prime is None else n_prime
+
+    def u(*shape):
+        return 2 * torch.rand(*shape, generator=g, dtype=DTYPE) - 1
+
+    return (u(B, n, s.dx) * model.x_bound, u(B, n, s.dy) * model.y_bound, u(B, s.dx) * model.x_bound,
+            u(B, s.D_N) * model.box * w_scale)
+
+
+def reference_gd(model: ICGDTransformer, X, Y, w0, eta: Optional[float] = None, box: Optional[float] = -1.0,
+                 steps: Optional[int] = None) -> torch.Tensor:
+    """Autograd projected GD with the model's step, box and L (box=None: unprojected)."""
+    return projected_gd(model.spec, w0, X, Y, model.activation, model.loss, model.eta if eta is None else eta,
+                        model.L if steps is None else steps, model.box if box == -1.0 else box)
+
+
+def contract(model: ICGDTransformer, H0: torch.Tensor, H: torch.Tensor) -> dict[str, float]:
+    """Deviations from [x; y; w; 0; 1; t] of a block-boundary state H (input H0)."""
+    lay = model.layout
+    w = lay.read(H, "w")
+    scratch = torch.cat([lay.read(H, s) for s in scratch_slots(model.spec)], dim=-1)
+    fixed = [lay.read(H, s) - lay.read(H0, s) for s in ("x", "y", "one", "t")]
+    return {"w_spread": float((w - w[:, -1:]).abs().max()),
+            "w_max": float(w.abs().max()),
+            "io_change": float(max(f.abs().max() for f in fixed)),
+            "scratch": float(scratch.abs().max())}
+
+
+def check_state_contract(claims: Claims, model: ICGDTransformer, X, Y, x_query, w0) -> None:
+    """After every block: one w in all tokens, inside the box; x, y, one, t unchanged; scratch exactly 0."""
+    H0 = model.embed(X, Y, x_query, w0)
+    devs = [contract(model, H0, H) for H in model.block_states(H0)[1:]]
+    worst = {k: max(d[k] for d in devs) for k in devs[0]}
+    claims.check("Thm 1", f"w identical in all tokens (after each of {model.L} blocks)", worst["w_spread"], ROUNDOFF, "<=",
+                 roundoff=True)
+    claims.check("Thm 1", "max |w| after every block <= box", worst["w_max"], model.box, "<=")
+    claims.check("Thm 1", "x, y, 1, t unchanged", worst["io_change"], 0.0, "==")
+    claims.check("Thm 1", "every scratch coordinate exactly 0", worst["scratch"], 0.0, "==")
+
+
+def check_query(claims: Claims, model: ICGDTransformer, X, Y, x_query, w0, seed: int = 1) -> None:
+    """The query's g and s are exactly 0, so changing x_query changes no w (Lemma 4's gate)."""
+    H = model.embed(X, Y, x_query, w0)
+    trace = model.trace(H)
+    lay, N = model.layout, model.spec.N
+    worst = 0.0
+    for l in range(model.L):
+        S = trace.state(f"b{l}.ewml1")[:, -1]
+        for slot in ["g"] + [f"s{j}" for j in range(1, N + 1)]:
+            worst = max(worst, float(lay.read(S, slot).abs().max()))
+    claims.check("Lemma 4", "query token: g and every s slot", worst, 0.0, "==")
+    g = torch.Generator().manual_seed(seed)
+    other = (2 * torch.rand(x_query.shape, generator=g, dtype=DTYPE) - 1) * model.x_bound
+    diff = float((model.run(X, Y, other, w0) - model.run(X, Y, x_query, w0)).abs().max())
+    claims.check("Thm 1", "change in w when x_query changes", diff, 0.0, "==")
+
+
+def check_permutation(claims: Claims, model: ICGDTransformer, X, Y, x_query, w0, seed: int = 2) -> None:
+    """Permuting the examples changes w only by rounding."""
+    perm = torch.randperm(X.shape[1], generator=torch.Generator().manual_seed(seed))
+    diff = float((model.run(X[:, perm], Y[:, perm], x_query, w0) - model.run(X, Y, x_query, w0)).abs().max())
+    claims.check("Thm 1", "change in w when the examples are permuted", diff, ROUNDOFF, "<=", roundoff=True)
+
+
+def drop_query_gate(model: ICGDTransformer) -> ICGDTransformer:
+    """A copy whose loss MLPs have no gate -R_g (1 - t): the query then enters the gradient (a mutation)."""
+    bad = copy.deepcopy(model)
+    lay = model.layout
+    for layer in bad.layers:
+        if layer.name.endswith(".loss"):
+            with torch.no_grad():
+                W1 = layer.W_1
+                W1[:, lay.index("one")] += W1[:, lay.index("t")]
+                W1[:, lay.index("t")] = 0.0
+    return bad
+
+
+def per_step_errors(model: ICGDTransformer, ws: torch.Tensor, X, Y) -> torch.Tensor:
+    """||w_hat^(l+1) - Proj(w_hat^l - eta grad L_n(w_hat^l))||_2, (B, L): the error of each step alone."""
+    steps = []
+    for l in range(ws.shape[1] - 1):
+        exact = (ws[:, l] - model.eta * autograd_gradient(model.spec, ws[:, l], X, Y, model.activation, model.loss))
+        steps.append((ws[:, l + 1] - exact.clamp(-model.box, model.box)).norm(dim=-1))
+    return torch.stack(steps, dim=1)
+
+
+def lipschitz_estimate(model: ICGDTransformer, points: torch.Tensor, X, Y) -> float:
+    """max ||grad(a) - grad(b)|| / ||a - b|| over pairs of points (B, P, D_N) of one prompt each."""
+    B, P, _ = points.shape
+    grads = torch.stack([autograd_gradient(model.spec, points[:, p], X, Y, model.activation, model.loss)
+                         for p in range(P)], dim=1)
+    best = 0.0
+    for a in range(P):
+        for b in range(a + 1, P):
+            dw = (points[:, a] - points[:, b]).norm(dim=-1)
+            dg = (grads[:, a] - grads[:, b]).norm(dim=-1)
+            ok = dw > 1e-9
+            if ok.any():
+                best = max(best, float((dg[ok] / dw[ok]).max()))
+    return best
+
+
+def slot_errors(model: ICGDTransformer, X, Y, x_query, w0) -> dict[str, float]:
+    """Max |slot - Lemma 1 ground truth| over the examples after one block's EWML layers (block 0)."""
+    trace = model.trace(model.embed(X, Y, x_query, w0))
+    S = trace.state("b0.ewml1")[:, :-1]
+    parts = explicit_gradient(model.spec, w0, X, Y, model.activation, model.loss)
+    lay, N = model.layout, model.spec.N
+    out = {}
+    for j in range(1, N + 1):
+        out[f"p{j}"] = float((lay.read(S, f"p{j}") - parts.p[j]).abs().max())
+        out[f"r{j - 1}"] = float((lay.read(S, f"r{j - 1}") - parts.dr[j - 1]).abs().max())
+        out[f"s{j}"] = float((lay.read(S, f"s{j}") - parts.s[j - 1]).abs().max())
+    out["g"] = float((lay.read(S, "g") - parts.u).abs().max())
+    return out
