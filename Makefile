@@ -1,44 +1,87 @@
-# Two commands: `make book` and `make test`. Both create .venv on a fresh machine.
+# `make book` and `make test` are the two user commands; both create .venv on a fresh machine.
+# Installs use constraints.txt: the exact versions that computed the stored outputs.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PIP_INSTALL := $(PY) -m pip install --quiet -c constraints.txt
 NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort)
+# Parallel test workers (pytest-xdist); each notebook runs in one worker, single-threaded.
+JOBS ?= 2
+QUICK := TFBOOK_PROFILE=quick
+NBVAL := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
+	--nbval-sanitize-with tests/nbval_sanitize.cfg
+# Other BLAS/kernel code paths, the way another CPU would take them (see README: test-portable).
+PORTABLE := MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAPABILITY=default
 
-.PHONY: test unit nbval book book-stored notebooks bench clean
+.PHONY: test unit nbval test-portable test-html book book-stored claims-page notebooks full full-estimate \
+	bench lab screenshots constraints clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt -e .
+	$(PIP_INSTALL) -r requirements.txt -e .
 	touch $(STAMP)
 
-## make test: unit tests, then every notebook compared with its stored outputs (quick profile).
+## make test: unit tests and doctests, then every notebook compared with its stored outputs (quick profile).
 test: unit nbval
 
 unit: $(STAMP)
-	TFBOOK_PROFILE=quick $(PY) -m pytest -q -p no:cacheprovider tests
+	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html" --doctest-modules tests tfbook
 
 nbval: $(STAMP)
-	TFBOOK_PROFILE=quick $(PY) -m pytest -q --nbval --nbval-current-env \
-	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider $(NOTEBOOKS)
+	$(QUICK) OMP_NUM_THREADS=1 $(NBVAL) $(NOTEBOOKS)
+
+## make test-portable: nbval again under other numerics (MKL compatible mode, one thread, generic kernels).
+test-portable: $(STAMP)
+	$(QUICK) $(PORTABLE) $(NBVAL) $(NOTEBOOKS)
+
+## make test-html: the rendered book (after `make book-stored`): no reprs, no long lines, images, titles, TOC.
+test-html: $(STAMP)
+	test -f _build/html/index.html || { echo "run make book-stored first"; exit 1; }
+	$(PY) -m pytest -q -p no:cacheprovider -m html tests/test_html.py
 
 ## make book: build the HTML book in _build/html, executing every notebook.
-book: $(STAMP)
+book: $(STAMP) claims-page
 	$(VENV)/bin/jupyter-book build . --keep-going
 
 ## make book-stored: build from the stored outputs (no execution), warnings as errors (CI).
-book-stored: $(STAMP)
+book-stored: $(STAMP) claims-page
 	mkdir -p _build
 	sed 's/execute_notebooks: force/execute_notebooks: "off"/' _config.yml > _build/_config_stored.yml
-	$(VENV)/bin/jupyter-book build . --config _build/_config_stored.yml -W -n --keep-going
+	$(QUICK) $(VENV)/bin/jupyter-book build . --config _build/_config_stored.yml -W -n --keep-going
 
-## make notebooks: re-execute every notebook in place (quick profile) and store its outputs.
+## make claims-page: regenerate book/claims.md (every claim of the book) from the stored outputs.
+claims-page: $(STAMP)
+	$(PY) -m tfbook.claims_page
+
+## make notebooks: re-execute every notebook in place (quick profile), store outputs, regenerate claims page.
 notebooks: $(STAMP)
-	TFBOOK_PROFILE=quick $(PY) -m tfbook.notebooks execute $(NOTEBOOKS)
+	$(QUICK) $(PY) -m tfbook.notebooks execute $(NOTEBOOKS)
+
+## make full: every notebook in the full profile into _build/full (stored outputs untouched), with a report.
+full: $(STAMP)
+	$(PY) -m tfbook.full
+
+full-estimate: $(STAMP)
+	$(PY) -m tfbook.full --estimate
 
 bench: $(STAMP)
 	$(PY) -m tfbook.bench
+
+## make lab: JupyterLab in the venv (requirements-lab.txt), opened on the book's folder.
+lab: $(STAMP)
+	$(PIP_INSTALL) -r requirements-lab.txt
+	$(QUICK) $(VENV)/bin/jupyter lab book
+
+## make screenshots: PNG of every rendered page (needs chromium; after make book-stored).
+screenshots: $(STAMP)
+	$(PY) tests/screenshots.py _build/html _build/screenshots
+
+## make constraints: re-pin constraints.txt to the current venv (then make notebooks && make test).
+constraints: $(STAMP)
+	{ sed -n '1,/^# Regenerate/p' constraints.txt; $(PY) -m pip freeze --exclude-editable \
+	  | grep -v -E '^(torch|tfbook|nvidia-|triton)[=-]|^#|^-e' | sort -f; } > constraints.tmp && mv constraints.tmp constraints.txt
 
 clean:
 	rm -rf _build

@@ -1,0 +1,53 @@
+"""The every-claim page: built from stored claims records (no execution), placed in sections, and
+the stored book/claims.md is what the generator gives."""
+import pathlib
+
+import nbformat
+
+from tfbook import claims as cl
+from tfbook import claims_page
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_stored_page_is_up_to_date():
+    assert claims_page.main(["--check"]) == 0, "run `python -m tfbook.claims_page` (or make notebooks) and commit book/claims.md"
+
+
+def _notebook_with_records(path: pathlib.Path) -> None:
+    """A stored notebook as IPython leaves it: outputs carry the record, claims the hash of their cell."""
+    first = "c.check('Lemma 1', 'x | y', 0.5, 1.0)"
+    second = "c.check('Lemma 2', 'noise', 3e-16, 1e-12, roundoff=True)\nc.show()"
+    c = cl.Claims("T")
+    c.check("Lemma 1", "x | y", 0.5, 1.0)
+    c.check("Lemma 2", "noise", 3e-16, 1e-12, roundoff=True)
+    c.items[0] = cl.Claim(**{**c.items[0].__dict__, "cell": cl.cell_id(first)})
+    c.items[1] = cl.Claim(**{**c.items[1].__dict__, "cell": cl.cell_id(second)})
+    shown = nbformat.v4.new_code_cell(second)
+    shown.outputs = [nbformat.v4.new_output("display_data", data=c._repr_mimebundle_())]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# A chapter about $n$ tokens\n\n## First `step` (Lemma 1)"),
+                nbformat.v4.new_code_cell(first),
+                nbformat.v4.new_markdown_cell("## Second step"),
+                shown]
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+
+
+def test_page_lists_claims_in_their_sections_with_counts(tmp_path):
+    _notebook_with_records(tmp_path / "book" / "ch" / "01.ipynb")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/ch/01\n")
+    chapters = claims_page.collect(tmp_path)
+    assert len(chapters) == 1 and chapters[0].counts() == (2, 2)
+    page = claims_page.render(chapters)
+    assert "| [A chapter about $n$ tokens](ch/01.ipynb) | 1 | 2 | 2 | 0 |" in page
+    assert "[First `step` (Lemma 1)](ch/01.ipynb#first-step-lemma-1) | Lemma 1 | x \\| y | 0.500 |" in page
+    assert "[Second step](ch/01.ipynb#second-step) | Lemma 2 | noise | \\< 1e-12 |" in page
+    assert claims_page.main([], root=tmp_path) == 0 and claims_page.main(["--check"], root=tmp_path) == 0
+    (tmp_path / claims_page.PAGE).write_text("stale")
+    assert claims_page.main(["--check"], root=tmp_path) == 1
+
+
+def test_slugs_follow_myst():
+    assert claims_page.slugify(claims_page.heading_text("Step 2: the $k$-fold `compose` map (Lemma 6)")) == \
+        "step-2-the--fold-compose-map-lemma-6"

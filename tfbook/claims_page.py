@@ -1,0 +1,216 @@
+"""The every-claim page: ``book/claims.md``, generated from the claims records stored in the notebooks.
+
+Every `tfbook.claims.Claims.show` output carries a machine-readable record (mime type
+`tfbook.claims.MIME`). This module reads the notebooks listed in ``_toc.yml`` *without executing
+them*, places each claim in the section (markdown heading) above the cell where it was checked,
+and writes one page: counts per chapter, then one table per notebook (section, paper reference,
+statement, measured, bound, ratio, holds) with links to the section where the claim is executed.
+
+``python -m tfbook.claims_page`` writes the page; ``--check`` exits 1 if the stored page differs
+from what the notebooks give (``make notebooks`` and ``make book-stored`` regenerate it).
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import nbformat
+
+from tfbook.claims import MIME, cell_id
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PAGE = "book/claims.md"
+_SLUG_CLEAN = re.compile(r"[^\w\u4e00-\u9fff\- ]")
+_ESCAPE = re.compile(r"([\\`*_\[\]<>|$~#{}])")
+
+
+@dataclass
+class Notebook:
+    """One notebook's claims: its toc path, title, and rows (section title, slug, claim record)."""
+
+    path: str
+    title: str
+    rows: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass
+class Chapter:
+    title: str
+    notebooks: list[Notebook] = field(default_factory=list)
+
+    def counts(self) -> tuple[int, int]:
+        rows = [r for nb in self.notebooks for r in nb.rows]
+        return len(rows), sum(bool(r[2]["holds"]) for r in rows)
+
+
+def toc_chapters(root: pathlib.Path = ROOT) -> list[list[str]]:
+    """The notebook paths (without suffix) of each chapter in ``_toc.yml``, in book order."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    entries = [ch for part in toc.get("parts", []) for ch in part.get("chapters", [])] + toc.get("chapters", [])
+
+    def files(entry: dict) -> list[str]:
+        out = [entry["file"]] if "file" in entry else []
+        for sub in entry.get("sections", []):
+            out += files(sub)
+        return out
+
+    chapters = [[f for f in files(e) if (root / f"{f}.ipynb").exists()] for e in entries]
+    return [c for c in chapters if c]
+
+
+def heading_text(line: str) -> str:
+    """The slug text of a markdown heading line: text and code, without math (as MyST computes it)."""
+    from markdown_it import MarkdownIt
+    from mdit_py_plugins.dollarmath import dollarmath_plugin
+
+    tokens = MarkdownIt("commonmark").use(dollarmath_plugin).parse(line)
+    inline = tokens[1].children or []
+    return "".join(t.content for t in inline if t.type in ("text", "code_inline"))
+
+
+def slugify(text: str) -> str:
+    """MyST's (GitHub's) heading slug."""
+    return _SLUG_CLEAN.sub("", text.lower().replace(" ", "-"))
+
+
+def _headings(source: str) -> list[tuple[int, str]]:
+    out, fenced = [], False
+    for line in source.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        m = re.match(r"^(#{1,6})\s+(.*?)\s*#*\s*$", line)
+        if m and not fenced:
+            out.append((len(m.group(1)), m.group(2)))
+    return out
+
+
+def read_notebook(path: pathlib.Path, name: str) -> Notebook:
+    """Collect the claims records of one stored notebook, each placed in its section."""
+    nb = nbformat.read(path, as_version=4)
+    title, section, slug = name, "", ""
+    slugs: set[str] = set()
+    where: dict[str, tuple[str, str]] = {}
+    records: dict[str, dict[str, Any]] = {}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for level, text in _headings(cell.source):
+                s = base = slugify(heading_text(text))
+                i = 1
+                while s in slugs:
+                    s, i = f"{base}-{i}", i + 1
+                slugs.add(s)
+                if level == 1 and title == name:
+                    title = text
+                section, slug = text, s
+        elif cell.cell_type == "code":
+            where.setdefault(cell_id(cell.source), (section, slug))
+            for out in cell.get("outputs", []):
+                record = out.get("data", {}).get(MIME)
+                if isinstance(record, dict) and "claims" in record:
+                    records[record.get("title", "")] = record  # the last record of each Claims object
+    notebook = Notebook(name, title)
+    for record in records.values():
+        for claim in record["claims"]:
+            sec, sl = where.get(claim.get("cell") or "", ("", ""))
+            notebook.rows.append((sec, sl, claim))
+    return notebook
+
+
+def collect(root: pathlib.Path = ROOT) -> list[Chapter]:
+    chapters = []
+    for files in toc_chapters(root):
+        notebooks = [read_notebook(root / f"{f}.ipynb", f) for f in files]
+        chapters.append(Chapter(notebooks[0].title, notebooks))
+    return chapters
+
+
+def _esc(text: str) -> str:
+    """Statement text: every markdown character escaped (shown literally, as in the notebook)."""
+    return _ESCAPE.sub(r"\\\1", str(text)).replace("\n", " ")
+
+
+def _md(text: str) -> str:
+    """A heading's markdown (math and code kept) made safe for a table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _link(text: str, target: str) -> str:
+    return f"[{text}]({target})"
+
+
+def render(chapters: list[Chapter], page: str = PAGE) -> str:
+    """The page's markdown (deterministic: a function of the stored records only)."""
+    base = pathlib.PurePosixPath(page).parent
+
+    def rel(path: str) -> str:
+        return str(pathlib.PurePosixPath(path).relative_to(base)) + ".ipynb"
+
+    with_claims = [c for c in chapters if c.counts()[0]]
+    total = sum(c.counts()[0] for c in with_claims)
+    held = sum(c.counts()[1] for c in with_claims)
+    lines = [
+        "(claims-index)=",
+        "# Every claim in the book",
+        "",
+        "Each row below is a statement of a paper that a notebook of this book executed: what the paper",
+        "states, what was measured on the built construction, the bound it is compared with, the ratio",
+        "measured/bound and whether the claim holds. A claim that fails stops its notebook, so every",
+        "stored notebook shows only claims that held when it ran; the tests re-run every notebook and",
+        "compare these values. Values below 1e-12 are rounding level and printed as such.",
+        "Follow a section link to the cell that checks the claim.",
+        "",
+        "This page is generated from the claims tables stored in the notebooks",
+        "(`python -m tfbook.claims_page`); it is rebuilt whenever the notebooks are re-executed.",
+        "",
+        "| chapter | notebooks | claims | hold | fail |",
+        "|:---|---:|---:|---:|---:|",
+    ]
+    for chapter in with_claims:
+        n, h = chapter.counts()
+        first = chapter.notebooks[0]
+        lines.append(f"| {_link(_md(chapter.title), rel(first.path))} | {len(chapter.notebooks)} | {n} | {h} | {n - h} |")
+    lines += [f"| **all chapters** | {sum(len(c.notebooks) for c in with_claims)} | **{total}** | {held} | {total - held} |",
+              ""]
+    for chapter in with_claims:
+        n, h = chapter.counts()
+        lines += [f"## {_md(chapter.title)}", "", f"{n} claims, {h} hold.", ""]
+        for nb in chapter.notebooks:
+            if not nb.rows:
+                continue
+            lines += [f"### {_md(nb.title)}", "", f"Notebook: {_link(nb.path.split('/')[-1] + '.ipynb', rel(nb.path))}, "
+                      f"{len(nb.rows)} claims.", "",
+                      "| section | ref | claim | measured | bound | measured/bound | holds |",
+                      "|:---|:---|:---|---:|---:|---:|:---:|"]
+            for sec, slug, c in nb.rows:
+                where = _link(_md(sec), f"{rel(nb.path)}#{slug}") if slug else "-"
+                mark = "✔ yes" if c["holds"] else "**✘ NO**"
+                lines.append(f"| {where} | {_esc(c['ref'])} | {_esc(c['statement'])} | {_esc(c['measured'])} | "
+                             f"{_esc(c['relation'] + ' ' + c['bound'])} | {_esc(c['ratio'])} | {mark} |")
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:
+    parser = argparse.ArgumentParser(description="generate book/claims.md from the stored notebooks")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the stored page is stale")
+    args = parser.parse_args(argv)
+    text = render(collect(root))
+    path = root / PAGE
+    if args.check:
+        if not path.exists() or path.read_text() != text:
+            print(f"{PAGE} is stale: run `python -m tfbook.claims_page`")
+            return 1
+        return 0
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+        print(f"{PAGE} written")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
