@@ -1,0 +1,48 @@
+"""Chapter: transformers approximating mixed-smooth and anisotropic Besov functions, and token extraction
+(paper 001, an anonymous ICLR-2023 submission).
+
+Public API (the chapter's contract):
+
+* references: `bspline(x, m)`, `expansion(X, k, j, coeffs, m)`
+* gadgets: `product_net(m_q, R)` (Lemma 4), `bspline_net(m, d, m_q)` (Lemma 5), `bspline_net_error`
+* the transformer (Theorems 1-2): `build_transformer(k, j, coeffs, m, m_q, gamma)`, `transformer_sizes`,
+  `error_bound`, `paper_width`
+* rates: `smoothness`, `D`, `eta`, `nu`, `num_atoms`, `risk_exponents`, `token_count`
+* grids and masks: `aniso_interpolant`, `token_mask`, `quantize`
+
+Submodules: `references`, `rates`, `program` (vectorised slot programs), `gadgets`, `transformer`, `grids`.
+"""
+from __future__ import annotations
+
+import torch
+
+from tfbook import bench
+from tfbook.besov.gadgets import (BSplineNet, ProductNet, bspline_net, bspline_net_error, product_error_range,
+                                  product_net, product_reference, spline_factor_constant, yarotsky)
+from tfbook.besov.grids import (aniso_interpolant, levels, quantize, sparse_interpolant, token_mask,
+                                weierstrass)
+from tfbook.besov.rates import (D, balance_fit, delta, eta, nu, num_atoms, paper_balance_power, risk_exponents,
+                                smoothness, token_count)
+from tfbook.besov.references import bspline, check_atoms, expansion
+from tfbook.besov.transformer import (BesovTransformer, atom_width, build_transformer, error_bound, leak, partner,
+                                      paper_width, random_atoms, rounds, support_samples, transformer_sizes)
+
+__all__ = [
+    "BSplineNet", "BesovTransformer", "D", "ProductNet", "aniso_interpolant", "atom_width", "balance_fit",
+    "bspline", "bspline_net", "bspline_net_error", "build_transformer", "check_atoms", "delta", "error_bound",
+    "eta", "expansion", "leak", "levels", "nu", "num_atoms", "paper_balance_power", "paper_width", "partner",
+    "product_error_range", "product_net", "product_reference", "quantize", "random_atoms", "risk_exponents",
+    "rounds", "smoothness", "sparse_interpolant", "spline_factor_constant", "support_samples", "token_count",
+    "token_mask", "transformer_sizes", "weierstrass", "yarotsky",
+]
+
+
+def _bench_build(device: torch.device):
+    k, j, c = random_atoms(64, 8, 1, 1, 3, seed=0)
+    model = build_transformer(k, j, c, 1, 8, 30.0).to(device)
+    X = torch.rand(256, 8, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
+    return model, X
+
+
+bench.register("besov: B-spline transformer (N=64, l=8, m=1, m_q=8)", _bench_build,
+               lambda state: state[0](state[1]), units="sentences", count=256)
