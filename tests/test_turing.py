@@ -5,7 +5,11 @@ import pytest
 import torch
 
 import tfbook.turing as tg
-from tfbook.turing.machine import CATALOG, CATALOG_SYMBOLS
+from tfbook.claims import ClaimError, Claims
+from tfbook.layers import perturb
+from tfbook.turing.machine import CATALOG, CATALOG_SYMBOLS, last_writes
+from tfbook.turing.robustness import certified_radius, circuit_readout_attack, identity_chain, readout_attack
+from tfbook.turing.sizes import l1_by_layer, l1_closed_form, lemma_bounds, w_tm
 
 F64 = torch.float64
 
@@ -61,6 +65,28 @@ def test_long_inputs_and_long_horizon():
         assert got.same_as(tm.run(x, 40))
 
 
+def test_non_halting_counter_exact_at_long_horizon():
+    tm, T = tg.counter(), 512
+    model = tg.build_transformer(tm, T, device="cpu")
+    xs = ["", "1101"]
+    for x, got in zip(xs, model.run_batch(xs)):
+        ref = tm.run(x, T)
+        assert got.same_as(ref)
+    writes = [i for i in last_writes(tm.run("", T).heads) if i is not None]
+    assert max(writes) >= 2 ** (model.P - 3)  # i' needs every time bit (times use the low P - 2 bits)
+
+
+def test_horizon_override_runs_the_same_weights_longer():
+    tm = tg.palindrome()
+    model = tg.build_transformer(tm, 20, device="cpu")
+    assert model.max_horizon >= 30
+    xs = tg.all_strings("01", 3)
+    for x, got in zip(xs, model.run_batch(xs, horizon=30)):
+        assert got.same_as(tm.run(x, 30))
+    with pytest.raises(ValueError, match="horizon"):
+        model.run("0", horizon=model.max_horizon + 1)
+
+
 def test_edits_after_build_change_nothing_and_no_reference_kept():
     tm = tg.parity()
     model = tg.build_transformer(tm, 8, device="cpu")
@@ -71,23 +97,65 @@ def test_edits_after_build_change_nothing_and_no_reference_kept():
     assert not any(isinstance(v, tg.TuringMachine) for v in vars(model).values())
 
 
-def test_sizes_and_weights_structure():
+def test_counterfactual_edit_of_the_transition_layer():
     tm = tg.parity()
-    model = tg.build_transformer(tm, 8, device="cpu")
-    Z, A, P = len(tm.states) + 1, len(tm.alphabet), tg.position_bits(8)
-    assert model.width == Z + 4 * A + 6 * P + 5 + Z * A
-    assert model.num_layers == P + 9
-    assert model.num_parameters() == model.paper_parameter_count()
-    values = torch.cat([p.flatten() for p in model.parameters()])
-    assert float(values.abs().max()) <= 2 * P - 1
-    assert torch.allclose(values * 3, (values * 3).round(), atol=1e-12)  # all weights in Z/3
+    model = tg.build_transformer(tm, 12, device="cpu")
+    lay, names = model.layout, model.state_names
+    pair = ("pair", names.index("even") * len(model.alphabet) + model.alphabet.index("1"))
+    W = model.layer("A2.ff").W_1
+    with torch.no_grad():  # S(even, 1) = (odd, 1, R) becomes (even, 1, R): the edited machine accepts everything
+        W[lay.index(("st", names.index("odd"))), lay.index(pair)] = 0.0
+        W[lay.index(("st", names.index("even"))), lay.index(pair)] = 1.0
+    edited = tg.TuringMachine({**tm.delta, ("even", "1"): ("even", "1", 1)}, "even", accept=["acc"], reject=["rej"])
+    xs = tg.all_strings("01", 4)
+    for x, got in zip(xs, model.run_batch(xs)):
+        assert got.same_as(edited.run(x, 12))
+    assert sum(tm.run(x, 12).accepted != edited.run(x, 12).accepted for x in xs) > 0
+
+
+def test_weights_reloaded_into_a_skeleton_simulate_without_any_machine(monkeypatch):
+    tm = tg.palindrome()
+    model = tg.build_transformer(tm, 16, device="cpu")
+    xs = tg.all_strings("01", 3)
+    ref = [tm.run(x, 16) for x in xs]
+    skeleton = tg.build_transformer(tm, 16, device="cpu")
+    with torch.no_grad():
+        for p in skeleton.parameters():
+            p.zero_()
+    skeleton.load_state_dict(model.state_dict())
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the transformer consulted a TuringMachine")
+
+    monkeypatch.setattr(tg.TuringMachine, "run", refuse)
+    assert all(g.same_as(r) for g, r in zip(skeleton.run_batch(xs), ref))
+
+
+def test_sizes_against_the_paper_and_the_closed_form():
+    tm = tg.parity()
+    for T in (8, 300, 2**20):
+        model = tg.build_transformer(tm, T, device="cpu")
+        Z, A, P = len(model.state_names), len(model.alphabet), tg.position_bits(T)
+        sizes = model.counted_sizes()
+        assert model.width == sizes.embed_dim and model.num_parameters() == sizes.stored
+        extra = sum(model.layout.size(s) for s in ("dir", "cy", "bw", "pair"))
+        assert sizes.embed_dim - w_tm(Z, A, P) == extra == 2 + 2 * P + Z * A
+        assert model.paper_sizes().embed_dim == w_tm(Z, A, P)
+        assert model.num_layers == len(lemma_bounds(Z, A, P)) == P + 9
+        assert model.l1_norm() == l1_closed_form(Z, A, P, 2)
+        assert model.l1_norm(correction=False) == l1_closed_form(Z, A, P, 2, correction=False)
+        values = torch.cat([p.flatten() for _, p in model.theta()])
+        assert float(values.abs().max()) <= 2 * P - 1
+        assert torch.allclose(values * 3, (values * 3).round(), atol=1e-12)  # all weights in Z/3
+    by_layer = l1_by_layer(model)
+    assert sum(sum(v.values()) for v in by_layer.values()) + A + 2 + 2 == model.l1_norm()
 
 
 def test_hidden_states_binary_and_score_gap():
     tm = tg.palindrome()
     model = tg.build_transformer(tm, 20, device="cpu")
     trace = model.forward_trace(tg.all_strings("01", 3), record=True)
-    assert torch.all((trace.outputs.abs() < 1e-12) | ((trace.outputs - 1).abs() < 1e-12))
+    assert torch.all((trace.layer_states.abs() < 1e-12) | ((trace.layer_states - 1).abs() < 1e-12))
     for scores in trace.scores.values():
         for s in scores:
             finite = s[torch.isfinite(s)]
@@ -96,13 +164,83 @@ def test_hidden_states_binary_and_score_gap():
     assert len(gaps) > 0 and float(gaps.min()) >= 1 - 1e-9
 
 
-def test_noise_within_radius_changes_nothing():
+def test_binary_search_reveals_the_last_write_msb_first():
+    tm, T = tg.counter(), 40
+    model = tg.build_transformer(tm, T, device="cpu")
+    x = "1"
+    trace = model.forward_trace([x], record=True)
+    heads = tm.run(x, T).heads
+    found = trace.state("C0.round")[0, :, model.layout.index(("scr4", 0))]
+    for t, i_prime in enumerate(last_writes(heads)):
+        assert int(found[t].round()) == (i_prime is not None)
+        bits = tg.binary(i_prime or 0, model.P)
+        for j in range(1, model.P + 1):
+            scr3 = model.read(trace.state(f"C{j}.round")[0, t], "scr3").round().long().tolist()
+            assert scr3[:j] == (bits[:j] if i_prime is not None else [0] * j)
+    assert max(i for i in last_writes(heads) if i is not None) >= 2 ** (model.P - 2)
+
+
+def test_softmax_attention_exact_beyond_the_temperature():
+    tm, T = tg.palindrome(), 20
+    model = tg.build_transformer(tm, T, device="cpu")
+    xs = tg.all_strings("01", 3)
+    ref = [tm.run(x, T) for x in xs]
+    exact = model.run_batch(xs, attention="softmax", beta=math.log(3 * (T + 2)))
+    assert all(g.same_as(r) for g, r in zip(exact, ref))
+    assert not all(g.same_as(r) for g, r in zip(model.run_batch(xs, attention="softmax", beta=0.5), ref))
+
+
+def test_noise_within_the_correction_radius_changes_nothing_and_above_it_breaks():
     tm = tg.increment()
     model = tg.build_transformer(tm, 14, device="cpu")
     xs = tg.all_strings("01", 4)
     ref = [tm.run(x, 14) for x in xs]
-    noisy = model.run_batch(xs, noise=0.33)
-    assert all(a.same_as(b) for a, b in zip(noisy, ref))
+
+    def differ(eta, names, seed=1):
+        with perturb(add=eta, names=names, seed=seed):
+            return sum(not a.same_as(b) for a, b in zip(model.run_batch(xs), ref))
+
+    assert differ(0.33, ["*.ff"]) == 0  # before every correction (Definition D.1)
+    assert differ(0.45, ["*.ff"]) > 0
+    assert differ(0.02, ["*.round"]) == 0  # after every correction: reaches the attention scores
+    assert differ(0.3, ["*.round"]) > 0
+
+
+def test_readout_attack_flips_and_certified_bound_holds():
+    tm = tg.palindrome()
+    model = tg.build_transformer(tm, 24, device="cpu")
+    radius, flipped = readout_attack(model, tg.all_strings("01", 3))
+    assert bool(flipped.all()) and float(radius.max()) <= 1 / math.sqrt(2) + 1e-12
+    c = tg.random_circuit(8, 4, 6, seed=1)
+    net = tg.build_circuit_network(c)
+    X = tg.all_inputs(8)
+    lower = certified_radius(net, X)
+    upper, flipped = circuit_readout_attack(net, X)
+    assert bool(flipped.all()) and 0 < lower < float(upper.min())
+    for delta_seed in range(5):  # random perturbations of norm just below the certified radius never flip
+        gen = torch.Generator().manual_seed(delta_seed)
+        params = [p for _, p in net.theta()]
+        dirs = [torch.randn(p.shape, generator=gen, dtype=F64) for p in params]
+        norm = math.sqrt(sum(float((d**2).sum()) for d in dirs))
+        F = net(X)
+        with torch.no_grad():
+            for p, d in zip(params, dirs):
+                p += 0.999 * lower * d / norm
+        assert bool((torch.sign(net(X)) == torch.sign(F)).all())
+        with torch.no_grad():
+            for p, d in zip(params, dirs):
+                p -= 0.999 * lower * d / norm
+
+
+def test_identity_chain_certified_margin_flat_with_correction_and_falling_without():
+    X = tg.all_inputs(2)
+    corrected, plain = [], []
+    for q in (4, 32):
+        net = tg.build_circuit_network(identity_chain(2, q))
+        corrected.append(certified_radius(net, X))
+        plain.append(certified_radius(net, X, correct=False))
+    assert corrected[1] >= 0.95 * corrected[0] > 0
+    assert plain[1] < plain[0] / 4
 
 
 def test_circuit_network_exact_formulas_and_radius():
@@ -111,7 +249,7 @@ def test_circuit_network_exact_formulas_and_radius():
     X = tg.all_inputs(10)
     assert torch.allclose(net(X), 2 * c.evaluate(X).to(F64) - 1, rtol=0, atol=1e-12)
     assert net.l1_norm() == tg.l1_formula(c)
-    assert net.num_relu_layers == 4 * len(c.layers) - 2
+    assert net.num_relu_layers == 4 * len(c.layers) - 2  # the paper's 4q - 6 with q counting the input layer
     assert float((net(X, block_noise=0.33) - net(X)).abs().max()) <= 1e-12
     assert float((net(X, block_noise=0.34) - net(X)).abs().max()) > 0.01
 
@@ -145,8 +283,6 @@ def test_bad_input():
 
 
 def test_history_helpers_and_transformer_tape_over_time():
-    from tfbook.turing.machine import last_writes
-
     tm = tg.palindrome()
     run = tm.run("0110", 12)
     history = tm.tape_history("0110", 12)
@@ -155,3 +291,51 @@ def test_history_helpers_and_transformer_tape_over_time():
     model = tg.build_transformer(tm, 12, device="cpu")
     trace = model.forward_trace(["0110"])
     assert all(model.tape_after("0110", trace, 0, t) == history[t] for t in range(13))
+
+
+def _exact_claims(model, xs, **run):
+    """The notebooks' exactness claim: every hidden state is 0/1 to 1e-12 (with softmax attention: every
+    corrected state, since softmax leaks e^(-beta) into the attention outputs before the correction)."""
+    trace = model.forward_trace(xs, record=True, **run)
+    rows = [i for i, n in enumerate(trace.layer_names) if run.get("attention") != "softmax" or n.endswith(".round")]
+    states = trace.layer_states[:, :, rows]
+    off = float((states - states.round()).abs().max())
+    Claims("mutation").check("App C", "every hidden state is 0/1", off, 1e-12, "<=", roundoff=True)
+
+
+@pytest.mark.parametrize("attention", ["hard", "softmax"])
+def test_a_1e3_perturbation_of_the_core_breaks_the_transformer_claims(attention):
+    tm, T = tg.palindrome(), 12
+    model = tg.build_transformer(tm, T, device="cpu")
+    xs = tg.all_strings("01", 2)
+    run = {"attention": attention, "beta": 2 * math.log(3 * (T + 2))}
+    _exact_claims(model, xs, **run)  # holds unperturbed
+    layers = [None] if attention == "softmax" else [None, ["A2.ff"], ["C0.attn"], ["CD.xattn"], ["E2.round"]]
+    for names in layers:
+        with perturb(scale=1 + 1e-3, names=names), pytest.raises(ClaimError):
+            _exact_claims(model, xs, **run)
+
+
+def test_dropping_one_head_breaks_the_simulation():
+    tm, T = tg.palindrome(), 16
+    model = tg.build_transformer(tm, T, device="cpu")
+    xs = tg.all_strings("01", 3)
+    ref = [tm.run(x, T) for x in xs]
+    for name in ("C0.attn", "C3.attn", "CD.attn", "CD.xattn"):
+        with perturb(scale=0.0, names=[name], heads=[0]):
+            assert sum(not g.same_as(r) for g, r in zip(model.run_batch(xs), ref)) > 0
+
+
+def test_a_1e3_perturbation_of_the_core_breaks_the_circuit_claims():
+    c = tg.random_circuit(8, 4, 6, seed=1)
+    net = tg.build_circuit_network(c)
+    X = tg.all_inputs(8)
+
+    def claim():
+        err = float((net(X) - (2 * c.evaluate(X).to(F64) - 1)).abs().max())
+        Claims("mutation").check("Lemma B.1", "F = 2G - 1", err, 1e-12, "<=", roundoff=True)
+
+    claim()
+    for kw in ({"scale": 1 + 1e-3}, {"scale": 1 + 1e-3, "names": ["L4.gate2"]}):
+        with perturb(**kw), pytest.raises(ClaimError):
+            claim()

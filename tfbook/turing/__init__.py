@@ -7,8 +7,13 @@ Public API (the issue's contract):
   ``num_parameters()``, ``l1_norm()``
 * `Circuit(num_inputs, layers)`, `build_circuit_network(circuit)`
 
+Both models are `tfbook.model.Construction`s whose arithmetic runs in core layers of `tfbook.layers`
+(hard attention with a null key, feed-forward layers for the work and for the corrections), so
+`tfbook.layers.perturb` reaches them; sizes come from ``counted_sizes()`` and ``paper_sizes()``.
+
 Submodules: `machine` (simulator, catalog), `transformer` (Appendix C construction), `circuits`
-(Lemma B.1, Prop 3.4), `margin` (all-layer margins), `learning` (Section 3's illustration).
+(Lemma B.1, Prop 3.4), `margin` (all-layer margins), `robustness` (margin upper and lower bounds),
+`sizes` (the paper's formulas), `learning` (Section 3's illustration).
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from tfbook import bench
 from tfbook.turing.circuits import (Circuit, CircuitNetwork, all_inputs, build_circuit_network, l1_formula,
                                     random_circuit)
 from tfbook.turing.machine import (CATALOG, CATALOG_SYMBOLS, RunResult, TuringMachine, all_strings, balanced, copy,
-                                   increment, palindrome, parity, random_tm)
+                                   counter, increment, palindrome, parity, random_tm)
 from tfbook.turing.margin import (flip_radius, random_direction, toy_margin_closed_form, toy_margin_numeric,
                                   toy_output)
 from tfbook.turing.transformer import TMTransformer, binary, build_transformer, position_bits, score_gaps, tm_layout
@@ -35,7 +40,7 @@ bench.register("turing: palindrome transformer, T=64, batch 32", _bench_build,
 
 __all__ = [
     "CATALOG", "CATALOG_SYMBOLS", "Circuit", "CircuitNetwork", "RunResult", "TMTransformer", "TuringMachine",
-    "all_inputs", "all_strings", "balanced", "binary", "build_circuit_network", "build_transformer", "copy",
+    "all_inputs", "all_strings", "balanced", "binary", "build_circuit_network", "build_transformer", "copy", "counter",
     "flip_radius", "increment", "l1_formula", "palindrome", "parity", "position_bits", "random_circuit",
     "random_direction", "random_tm", "score_gaps", "tm_layout", "toy_margin_closed_form", "toy_margin_numeric", "toy_output",
 ]

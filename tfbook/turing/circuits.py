@@ -10,13 +10,16 @@ value within 1/3 of a bit back to the bit. The read-out is F = 2 h_out - 1 in {-
 """
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Sequence
 
 import torch
-from torch import nn
 
 from tfbook.device import DTYPE
+from tfbook.layers import FeedForward, perturb
+from tfbook.layout import Layout
+from tfbook.model import Construction
 
 OPS = {"AND": 2, "OR": 2, "NOT": 1, "ID": 1}
 GATE_L1 = {"AND": 4, "OR": 5, "NOT": 3, "ID": 2}
@@ -114,55 +117,59 @@ def random_circuit(num_inputs: int, depth: int, width: int, seed: int = 0, balan
     raise ValueError(f"no circuit with balance {balance} and {min_relevant} relevant inputs in {max_tries} tries")
 
 
-class CircuitNetwork(nn.Module):
-    """ReLU network of Lemma B.1 with Prop 3.4's corrections; ``forward`` maps 0/1 inputs to F = 2G - 1.
+class CircuitNetwork(Construction):
+    """The ReLU network of Lemma B.1 with Prop 3.4's corrections, one core `FeedForward` per ReLU layer of the paper.
 
-    Gate block i has parameters (W_1, b_1, W_2, b_2); every block but the last is followed by a correction
-    with parameters C_1 = [I; I], c_1 = [-1/3; -2/3], C_2 = [3I, -3I], counted in `l1_norm`.
+    Gate block i (parameters W1, b1, W2, b2) is the pair of layers ``L{i}.gate1`` = relu(W1 h + b1) and
+    ``L{i}.gate2`` = relu(W2 u + b2); every block but the last is followed by the correction
+    ``L{i}.round1`` = relu(C1 g + c1), ``L{i}.round2`` = relu(C2 v) with C1 = [I; I], c1 = [-1/3; -2/3],
+    C2 = [3I, -3I]. The last block's ``gate2`` also applies the read-out W_d = 2, b_d = -1, so ``forward``
+    maps 0/1 inputs to F = 2 G - 1. Each layer writes its ReLU output through a fixed identity ``W_2``
+    (wiring, not a parameter of the paper); `theta` lists the paper's parameters.
     """
 
-    def __init__(self, blocks: list[tuple[torch.Tensor, ...]], readout: tuple[torch.Tensor, torch.Tensor]):
-        super().__init__()
-        self.params = nn.ParameterList()
-        self.num_blocks = len(blocks)
-        for i, tensors in enumerate(blocks):
-            n = tensors[0].shape[0]
-            eye = torch.eye(n, dtype=DTYPE)
-            correction = (torch.cat([eye, eye]), torch.cat([torch.full((n,), -1 / 3, dtype=DTYPE), torch.full((n,), -2 / 3, dtype=DTYPE)]),
-                          torch.cat([3 * eye, -3 * eye], dim=1))
-            for t in tuple(tensors) + (correction if i < self.num_blocks - 1 else ()):
-                self.params.append(nn.Parameter(t, requires_grad=False))
-        self.W_out = nn.Parameter(readout[0], requires_grad=False)
-        self.b_out = nn.Parameter(readout[1], requires_grad=False)
+    def __init__(self, num_inputs: int, layers: Sequence[tuple[str, FeedForward]]):
+        super().__init__(Layout([("x", num_inputs)]), layers)
+        self.num_blocks = sum(name.endswith(".gate1") for name in self.layer_names)
 
-    def block(self, i: int) -> tuple[torch.Tensor, ...]:
-        """(W_1, b_1, W_2, b_2) of block i, followed by (C_1, c_1, C_2) when block i is corrected."""
-        start = 7 * i
-        return tuple(self.params[start: start + (7 if i < self.num_blocks - 1 else 4)])
+    def block(self, i: int) -> dict[str, FeedForward]:
+        """The core layers of gate block i (0-based), by role: gate1, gate2 and, when corrected, round1, round2."""
+        roles = ("gate1", "gate2", "round1", "round2")
+        return {r: self.layer(f"L{i + 1}.{r}") for r in roles if f"L{i + 1}.{r}" in self.layer_names}
 
     @property
     def num_relu_layers(self) -> int:
-        return 2 * self.num_blocks + 2 * (self.num_blocks - 1)
+        """Number of ReLU layers: ``counted_sizes().ff_layers`` (one core feed-forward layer per ReLU layer)."""
+        return self.counted_sizes().ff_layers
+
+    def theta(self) -> list[tuple[str, torch.Tensor]]:
+        """The paper's parameters: W_1 and b_1 of every layer, and W_2, b_2 (the read-out) of the last."""
+        last = self.layer_names[-1]
+        return [(f"{name}.{attr}", getattr(layer, attr)) for name, layer in self.named_layers()
+                for attr in ("W_1", "b_1", "W_2", "b_2")
+                if getattr(layer, attr) is not None and (attr in ("W_1", "b_1") or name == last)]
 
     def l1_norm(self) -> float:
-        return float(sum(p.abs().sum() for p in self.parameters()))
+        """||theta||_1 of the paper's parameters (the alpha of Theorem 3.1)."""
+        return float(sum(p.abs().sum() for _, p in self.theta()))
 
     def forward(self, X: torch.Tensor, block_noise: float = 0.0, correct: bool = True, return_hidden: bool = False):
-        """``block_noise``: push every corrected block's output that far towards 1/2 (the adversarial direction)
-        before its correction; ``correct=False`` skips the corrections."""
-        h = torch.as_tensor(X, dtype=DTYPE)
+        """F (batch,) for 0/1 inputs X (batch, m). ``block_noise``: push every corrected block's output that far
+        towards 1/2 (the adversarial direction) before its correction, through `tfbook.layers.perturb`;
+        ``correct=False`` skips the corrections. ``return_hidden`` also returns each corrected block's output."""
+        H = torch.as_tensor(X, dtype=DTYPE).unsqueeze(1)  # (batch, 1, m)
+        self._check(H)
+        pushed = [f"L{i}.gate2" for i in range(1, self.num_blocks)]
+        push = lambda layer, U: U + float(block_noise) * (1 - 2 * U.round())  # noqa: E731
         hidden = []
-        for i in range(self.num_blocks):
-            W1, b1, W2, b2, *corr = self.block(i)
-            h = torch.relu(torch.relu(h @ W1.T + b1) @ W2.T + b2)  # (batch, gates)
-            if corr:
-                if block_noise:
-                    h = h + float(block_noise) * (1 - 2 * h.round())
-                if correct:
-                    C1, c1, C2 = corr
-                    h = torch.relu(torch.relu(h @ C1.T + c1) @ C2.T)
-            hidden.append(h)
-        out = (h @ self.W_out.T + self.b_out)[:, 0]
+        with perturb(fn=push, names=pushed) if block_noise else contextlib.nullcontext():
+            for name, layer in self.named_layers():
+                if not correct and ".round" in name:
+                    continue
+                H = layer(H)
+                if name.endswith(".round2") or (not correct and name.endswith(".gate2") and name != self.layer_names[-1]):
+                    hidden.append(H[:, 0])
+        out = H[:, 0, 0]
         return (out, hidden) if return_hidden else out
 
 
@@ -170,12 +177,12 @@ def build_circuit_network(circuit: Circuit) -> CircuitNetwork:
     """Lemma B.1 gate blocks, corrections after every block but the last, read-out 2 h - 1."""
     if not isinstance(circuit, Circuit):
         raise ValueError(f"circuit must be a Circuit, got {type(circuit).__name__}")
-    blocks, prev = [], circuit.num_inputs
-    for layer in circuit.layers:
+    layers, prev, q = [], circuit.num_inputs, len(circuit.layers)
+    for i, layer in enumerate(circuit.layers, start=1):
         n = len(layer)
         W1, b1 = torch.zeros(n, prev, dtype=DTYPE), torch.zeros(n, dtype=DTYPE)
         W2, b2 = torch.zeros(n, n, dtype=DTYPE), torch.zeros(n, dtype=DTYPE)
-        for g, (op, p) in enumerate(layer):
+        for g, (op, p) in enumerate(layer):  # gate g of this layer reads parents p of the previous one
             if op == "AND":
                 W1[g, p[0]] += 1
                 W1[g, p[1]] += 1
@@ -190,10 +197,20 @@ def build_circuit_network(circuit: Circuit) -> CircuitNetwork:
             else:
                 W1[g, p[0]] = 1
                 W2[g, g] = 1
-        blocks.append((W1, b1, W2, b2))
+        eye = torch.eye(n, dtype=DTYPE)
+        layers.append((f"L{i}.gate1", FeedForward(W1, b1, eye, None, residual=False)))
+        if i < q:
+            c1 = torch.cat([torch.full((n,), -1 / 3, dtype=DTYPE), torch.full((n,), -2 / 3, dtype=DTYPE)])
+            layers += [(f"L{i}.gate2", FeedForward(W2, b2, eye, None, residual=False)),
+                       (f"L{i}.round1", FeedForward(torch.cat([eye, eye]), c1, torch.eye(2 * n, dtype=DTYPE), None,
+                                                    residual=False)),
+                       (f"L{i}.round2", FeedForward(torch.cat([3 * eye, -3 * eye], dim=1), None, eye, None,
+                                                    residual=False))]
+        else:  # read-out F = W_d relu(W2 u + b2) + b_d with W_d = 2, b_d = -1
+            layers.append((f"L{i}.gate2", FeedForward(W2, b2, torch.tensor([[2.0]], dtype=DTYPE),
+                                                      torch.tensor([-1.0], dtype=DTYPE), residual=False)))
         prev = n
-    readout = (torch.tensor([[2.0]], dtype=DTYPE), torch.tensor([-1.0], dtype=DTYPE))
-    return CircuitNetwork(blocks, readout)
+    return CircuitNetwork(circuit.num_inputs, layers)
 
 
 def l1_formula(circuit: Circuit) -> float:

@@ -206,6 +206,15 @@ def increment() -> TuringMachine:
     return TuringMachine(_table(rules), "right", accept=["acc"], reject=["rej"])
 
 
+def counter() -> TuringMachine:
+    """A binary counter that never halts: the number on cells 1, 2, ... (least significant bit first) is
+    incremented again and again; after each increment the head walks back to cell 0 and starts over."""
+    R, L = 1, -1
+    rules = {"inc": {"1": ("inc", "0", R), "0": ("back", "1", L), "_": ("back", "1", L)},
+             "back": {"0": ("back", "0", L), "1": ("back", "1", L), "_": ("inc", "_", R)}}
+    return TuringMachine(_table(rules), "inc", accept=[])
+
+
 CATALOG = {"parity": parity, "palindrome": palindrome, "balanced": balanced, "copy": copy, "increment": increment}
 CATALOG_SYMBOLS = {"parity": "01", "palindrome": "01", "balanced": "()", "copy": "ab", "increment": "01"}
 

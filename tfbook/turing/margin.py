@@ -4,7 +4,8 @@ The all-layer margin rho(theta, x, y) = min ||delta||_2 such that (y - 1/2) F(x,
 For the toy product f(W) = (prod_i W_i) x - 1/2 at W = 1, x = y = 1, the minimiser is symmetric,
 delta_i = 2^(-1/d) - 1, so rho_f = sqrt(d) (1 - 2^(-1/d)) -> ln 2 / sqrt(d). Inserting round(z) =
 clip(3z - 1, 0, 1) after every factor (f~) keeps rho >= 1/3 for every d (Claim 3.5).
-Margins of large networks cannot be computed exactly: random-direction flip radii are upper bounds.
+Margins of large networks cannot be computed exactly: random-direction flip radii are (weak) upper bounds;
+`tfbook.turing.robustness` has targeted attacks (upper bounds) and certified lower bounds.
 """
 from __future__ import annotations
 
@@ -78,13 +79,12 @@ def random_direction(params: Sequence[torch.Tensor], seed: int) -> list[torch.Te
     return [d / norm for d in dirs]
 
 
-def flip_radius(model: torch.nn.Module, names: Sequence[str], changed: Callable[[torch.nn.Module], bool],
-                seed: int, lo: float = 1e-12, hi: float = 1e3, iters: int = 14) -> float:
-    """Smallest radius r (bisection on a log scale) with ``changed(model + r u)`` for a random unit direction u
-    over the parameters ``names``. An upper bound on the all-layer margin of the inputs ``changed`` checks.
-    The model is perturbed in place and restored exactly afterwards."""
-    params = dict(model.named_parameters())
-    chosen = [params[n] for n in names]
+def flip_radius(params: Sequence[torch.Tensor], changed: Callable[[], bool], seed: int, lo: float = 1e-12,
+                hi: float = 1e3, iters: int = 14) -> float:
+    """Smallest radius r (bisection on a log scale) with ``changed()`` after moving ``params`` by r u for a random
+    unit direction u. An upper bound on the all-layer margin of the inputs ``changed`` checks; an illustration,
+    since random directions in many dimensions are weak attacks. The tensors are restored exactly afterwards."""
+    chosen = list(params)
     direction = [d.to(p.device) for d, p in zip(random_direction(chosen, seed), chosen)]
     originals = [p.detach().clone() for p in chosen]
 
@@ -93,7 +93,7 @@ def flip_radius(model: torch.nn.Module, names: Sequence[str], changed: Callable[
             for p, o, d in zip(chosen, originals, direction):
                 p.copy_(o + r * d)
         try:
-            return changed(model)
+            return changed()
         finally:
             with torch.no_grad():
                 for p, o in zip(chosen, originals):

@@ -25,26 +25,25 @@ def spacetime(ax, tm: TuringMachine, x: str, T: int, title: str = "") -> None:
 def step_figure(model: TMTransformer, x: str, t: int, layer: str = "CD"):
     """Tape and head after t steps, the self-attention scores of ``layer`` and CD's encoder scores at position t,
     all decoded from the transformer (never from a machine)."""
-    if layer not in model.layer_names:
-        raise ValueError(f"layer must be one of {model.layer_names}, got {layer!r}")
+    attention = [name[:-5] for name in model.layer_names if name.endswith(".attn")]
+    if layer not in attention:
+        raise ValueError(f"layer must be one of {attention}, got {layer!r}")
     trace = model.forward_trace([x], record=True)
     run = model.decode([x], trace)[0]
     t = min(max(t, 0), model.T)
     tape = model.tape_after(x, trace, 0, t)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3))
+    fig, axes = plt.subplots(1, 3, figsize=(10, 2.8))
     cells = list(range(min(run.heads) - 1, max(run.heads + [len(x)]) + 2))
     axes[0].bar(cells, [1] * len(cells), color=["orange" if c == run.heads[t] else "lightgray" for c in cells])
     for c in cells:
         axes[0].text(c, 0.5, tape.get(c, model.blank), ha="center", va="center", fontsize=12)
     axes[0].set(title=f"t = {t}: state {run.states[t]}, head at {run.heads[t]}", xlabel="cell", yticks=[])
-    for ax, key, offset, label in ((axes[1], (layer, "dec"), -1, "past position t' (-1 = null)"),
-                                   (axes[2], ("CD", "enc"), 0, "input cell j (0 = null)")):
-        scores = trace.scores[key][t][0] if trace.scores.get(key) else None
-        if scores is None:
-            ax.set(title=f"{key[0]} {key[1]}: attention inactive")
-            continue
+    for ax, key, offset, label in ((axes[1], f"{layer}.attn", -1, "past position t' (-1 = null)"),
+                                   (axes[2], "CD.xattn", 0, "input cell j (0 = null)")):
+        scores = trace.scores[key][t][0]
         shown = np.where(np.isfinite(scores.numpy()), scores.numpy(), 0.0)
         ax.bar(np.arange(len(shown)) + offset, shown, color=["C3" if v == scores.max() else "C0" for v in scores])
-        ax.set(title=f"{key[0]} {'self' if key[1] == 'dec' else 'encoder'}-attention scores", xlabel=label, ylabel="score")
+        kind = "self" if key.endswith(".attn") else "encoder"
+        ax.set(title=f"{key.split('.')[0]} {kind}-attention scores", xlabel=label, ylabel="score")
     fig.tight_layout()
     return fig

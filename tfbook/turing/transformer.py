@@ -1,30 +1,38 @@
 """The encoder-decoder hard-attention transformer that simulates a Turing machine (Wei, Chen & Ma, App. C).
 
-Hidden states are 0/1 vectors split into named groups (`tm_layout`). The decoder runs positions
+Hidden states are 0/1 vectors split into named slots (`tm_layout`). The decoder runs positions
 t = 0..T; position 0 is a "pre-step" (a state ``pre`` that writes a blank into cell 0 and moves to
-cell 1), so that o_t holds (z_t, a_t, Bin(l_t)) for t = 0..T. Each of the P + 9 shared layers is
+cell 1), so that o_t holds (z_t, a_t, Bin(l_t)) for t = 0..T. Each of the P + 9 shared transformer
+layers X is a sequence of core layers of `tfbook.layers`, named
 
-    h <- h + SelfAttn(h, cache)      (hard attention over positions 0..t and a null slot)
-    h <- h + EncAttn(h, encoder)     (hard attention over the input cells and a null slot)
-    h <- round(relu(W_1 h + b_1))    with round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3) (two ReLU layers)
+    X.attn    decoder self-attention, hard with a null key, over the cached states of positions 0..t
+    X.xattn   encoder-decoder attention, hard with a null key, over the encoder outputs
+    X.ff      relu(W_1 h + b_1), the layer's work (the paper's first feed-forward ReLU layer)
+    X.round   round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3), the correction (its last two ReLU layers)
 
-and the next position's input is o_t + beta(t+1). The transition table lives only in the weights of
-layer A2; the model keeps no reference to the machine it was built from.
+(an attention sublayer whose weights would all be zero is the identity and is left out). The next
+position's input is o_t + beta(t+1): reading the decoder output and feeding it back is done in Python,
+as in the paper, but every step's arithmetic runs in the core layers. The transition table lives only
+in the weights of A2.ff; the model keeps no reference to the machine it was built from.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import torch
 from torch import nn
 
+from tfbook import validate
 from tfbook.device import DTYPE, default_device
-from tfbook.layout import Layout
+from tfbook.layers import Attention, FeedForward
+from tfbook.layout import Layout, SlotKey
+from tfbook.model import Construction, Sizes
 from tfbook.turing.machine import RunResult, TuringMachine
 
 PRE = "<pre>"
 ATTENTIONS = ("hard", "softmax")
+BASE = ("st", "sym2", "pos1", "pos2", "pos3", "scr1", "scr2", "scr3", "scr4")
 
 
 def position_bits(T: int) -> int:
@@ -39,60 +47,98 @@ def binary(i: int, P: int) -> list[int]:
 
 
 def tm_layout(num_states: int, num_symbols: int, P: int) -> Layout:
-    """Groups: st, sym1, sym2, pos1-3, scr1-4, dir, cy, bw, pair; w = |Z| + 4|A| + 6P + 5 + |Z||A|."""
+    """Slots st, sym1, sym2, pos1-3, scr1-4 (the paper's w_TM) and dir, cy, bw, pair (scratch of Lemmas C.1/C.2)."""
     Z, A = num_states, num_symbols
     return Layout([("st", Z), ("sym1", A), ("sym2", A), ("pos1", P), ("pos2", P), ("pos3", P), ("scr1", A),
                    ("scr2", A), ("scr3", P), ("scr4", 3), ("dir", 2), ("cy", P), ("bw", P), ("pair", Z * A)])
 
 
-class AttentionWeights(nn.Module):
-    """Q, K, V affine maps plus the null key K0 and value V0; ``active=False`` marks an all-zero (identity) layer."""
-
-    def __init__(self, w: int, d_k: int):
-        super().__init__()
-        z = lambda *shape: nn.Parameter(torch.zeros(*shape, dtype=DTYPE), requires_grad=False)  # noqa: E731
-        self.W_Q, self.b_Q, self.W_K, self.b_K = z(d_k, w), z(d_k), z(d_k, w), z(d_k)
-        self.W_V, self.b_V, self.K0, self.V0 = z(w, w), z(w), z(d_k), z(w)
-
-    @property
-    def active(self) -> bool:
-        return any(bool(p.any()) for p in self.parameters())
+def layer_names(P: int) -> list[str]:
+    """The P + 9 transformer layers: A1, A2 (Lemma C.1), B1-B3 (C.2), C0 (C.4), C1..CP (C.5), CD (C.6/C.7), E1, E2 (C.8)."""
+    return ["A1", "A2", "B1", "B2", "B3", "C0"] + [f"C{j}" for j in range(1, P + 1)] + ["CD", "E1", "E2"]
 
 
-class TMLayer(nn.Module):
-    """One shared layer: decoder self-attention, encoder attention, FF with the two correction ReLU layers."""
+def _keys(layout: Layout) -> list[tuple[str, int]]:
+    return [(name, i) for name, _, size in layout.table() for i in range(size)]
 
-    def __init__(self, w: int, d_k: int):
-        super().__init__()
-        self.dec, self.enc = AttentionWeights(w, d_k), AttentionWeights(w, d_k)
-        z = lambda *shape: nn.Parameter(torch.zeros(*shape, dtype=DTYPE), requires_grad=False)  # noqa: E731
-        self.W_1, self.b_1 = z(w, w), z(w)
-        eye = torch.eye(w, dtype=DTYPE)
-        self.W_2 = nn.Parameter(torch.cat([eye, eye]), requires_grad=False)  # (2w, w)
-        self.b_2 = nn.Parameter(torch.cat([torch.full((w,), -1 / 3, dtype=DTYPE), torch.full((w,), -2 / 3, dtype=DTYPE)]),
-                                requires_grad=False)
-        self.W_3 = nn.Parameter(torch.cat([3 * eye, -3 * eye], dim=1), requires_grad=False)  # (w, 2w)
-        self.b_3 = z(w)
 
-    def feed_forward(self, h: torch.Tensor, correct: bool = True, noise: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """round(relu(W_1 h + b_1) + noise); ``noise`` (B, w) models an error of the layer before its correction."""
-        z = torch.relu(h @ self.W_1.T + self.b_1)  # (B, w)
-        if noise is not None:
-            z = z + noise
-        if not correct:
-            return z
-        return torch.relu(torch.relu(z @ self.W_2.T + self.b_2) @ self.W_3.T + self.b_3)
+class _Work:
+    """The rows of one work layer relu(W_1 h + b_1), written by slot name: ``unit(out, reads, bias)``."""
+
+    def __init__(self, layout: Layout):
+        self.layout, self.rows, self.bias = layout, {}, {}
+
+    def unit(self, out: SlotKey, reads: Mapping[SlotKey, float], bias: float = 0.0) -> None:
+        key = (out, 0) if isinstance(out, str) else tuple(out)
+        row = self.rows.setdefault(key, {})
+        for k, v in reads.items():
+            row[k] = row.get(k, 0.0) + v
+        self.bias[key] = self.bias.get(key, 0.0) + bias
+
+    def keep(self, slots: Sequence[str]) -> None:
+        for s in slots:
+            for i in range(self.layout.size(s)):
+                self.unit((s, i), {(s, i): 1.0})
+
+    def build(self) -> FeedForward:
+        lay = self.layout
+        W_1 = lay.matrix([self.rows.get(k, {}) for k in _keys(lay)])  # (w, w): row = output coordinate
+        eye = torch.eye(lay.dim, dtype=DTYPE)  # the paper's relu(W_1 h + b_1) is the output itself
+        return FeedForward(W_1, lay.vector(self.bias), eye, None, residual=False)
+
+
+def _correction(w: int) -> FeedForward:
+    """round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3) on every coordinate: W_2 = [I; I], b_2, W_3 = [3I, -3I] of the paper."""
+    eye = torch.eye(w, dtype=DTYPE)
+    b = torch.cat([torch.full((w,), -1 / 3, dtype=DTYPE), torch.full((w,), -2 / 3, dtype=DTYPE)])
+    return FeedForward(torch.cat([eye, eye]), b, torch.cat([3 * eye, -3 * eye], dim=1), None, residual=False)
+
+
+class _Head:
+    """One hard-attention head with a null key, written by slot name: key coordinates form their own `Layout`."""
+
+    def __init__(self, layout: Layout, key_slots: Sequence[tuple[str, int]], value_slots: Sequence[tuple[str, int]]):
+        self.layout, self.keys, self.values = layout, Layout(key_slots), Layout(value_slots)
+        self.q, self.k, self.v = ({} for _ in range(3))
+        self.bq, self.bk, self.bv, self.null, self.out = ({} for _ in range(5))
+
+    def pm(self, row: SlotKey, query: Optional[SlotKey], key: Optional[SlotKey]) -> None:
+        """+-1 encoding (2 bit - 1) of a query bit and/or a key bit in key coordinate ``row``."""
+        row = (row, 0) if isinstance(row, str) else tuple(row)
+        for side, bias, slot in ((self.q, self.bq, query), (self.k, self.bk, key)):
+            if slot is not None:
+                side.setdefault(row, {})[slot] = 2.0
+                bias[row] = -1.0
+
+    def build(self, cross: bool = False) -> Attention:
+        lay, K, V = self.layout, self.keys, self.values
+        rows = lambda spec: lay.matrix([spec.get(k, {}) for k in _keys(K)])  # noqa: E731
+        W_V = lay.matrix([self.v.get(k, {}) for k in _keys(V)])  # (m_v, w)
+        W_O = torch.zeros(lay.dim, V.dim, dtype=DTYPE)  # writes value coordinate k into its slot
+        for c, key in enumerate(_keys(V)):
+            W_O[lay.index(self.out[key]), c] = 1.0
+        return Attention.stacked(rows(self.q)[None], rows(self.k)[None], W_V[None], W_O[None],
+                                 b_Q=K.vector(self.bq)[None], b_K=K.vector(self.bk)[None], b_V=V.vector(self.bv)[None],
+                                 normalization="hard", null_key=K.vector(self.null)[None],
+                                 null_value=torch.zeros(1, V.dim, dtype=DTYPE), cross=cross)
 
 
 @dataclass
 class Trace:
-    """Decoded run plus what the visualisations need (all tensors on the CPU)."""
+    """A decoder run (all tensors on the CPU); not to be confused with `tfbook.model.Trace` (one forward pass)."""
 
     outputs: torch.Tensor  # (B, T+1, w): o_t
-    writes: torch.Tensor  # (B, T+1, w): the state entering layer C0 (holds u_t and Bin(l_{t-1}))
-    scores: dict  # (layer name, "dec"|"enc") -> list over t of (B, 1 + keys) score tensors (when recorded)
+    writes: torch.Tensor  # (B, T+1, w): the state entering C0.attn (holds u_t and Bin(l_{t-1}))
+    scores: dict  # core attention layer name -> list over t of (B, 1 + keys) raw scores, null first (when recorded)
     F: torch.Tensor  # (B,) theta_cls . o_T
-    layer_states: Optional[torch.Tensor] = None  # (B, T+1, num_layers, w): each layer's output (when recorded)
+    layer_states: Optional[torch.Tensor] = None  # (B, T+1, len(layer_names), w): each core layer's output (recorded)
+    layer_names: Optional[list] = None  # the core layers run, in order (when recorded)
+
+    def state(self, name: str) -> torch.Tensor:
+        """(B, T+1, w): the output of core layer ``name`` (e.g. "C3.round") at every position."""
+        if self.layer_names is None or name not in self.layer_names:
+            raise ValueError(f"layer must be one of the recorded layers {self.layer_names}, got {name!r}")
+        return self.layer_states[:, :, self.layer_names.index(name)]
 
 
 def score_gaps(trace: Trace) -> torch.Tensor:
@@ -104,57 +150,77 @@ def score_gaps(trace: Trace) -> torch.Tensor:
     gaps = []
     for calls in trace.scores.values():
         for s in calls:  # (B, 1 + keys)
+            s = s.masked_fill(torch.isnan(s), -float("inf"))
             top = s.amax(1, keepdim=True)
             below = torch.where(s < top - 0.5, s, torch.full_like(s, -float("inf"))).amax(1)
             gaps.append((top[:, 0] - below)[torch.isfinite(below)])
     return torch.cat(gaps) if gaps else torch.zeros(0, dtype=DTYPE)
 
 
-class TMTransformer(nn.Module):
-    """Built by `build_transformer`; ``run(x)`` / ``run_batch(xs)`` return `RunResult` objects."""
+class TMTransformer(Construction):
+    """Built by `build_transformer`; ``run(x)`` / ``run_batch(xs)`` return `RunResult` objects.
 
-    def __init__(self, states: Sequence[str], alphabet: Sequence[str], accept: Sequence[str], T: int, P: int):
-        super().__init__()
+    Besides the core layers it stores the paper's encoder embedding ``E`` (w, |A|), the initial decoder
+    input ``h0`` (w,) and the classifier ``theta_cls`` (w,).
+    """
+
+    def __init__(self, states: Sequence[str], alphabet: Sequence[str], accept: Sequence[str], T: int, P: int,
+                 layers: Sequence[tuple[str, nn.Module]], E: torch.Tensor, h0: torch.Tensor, theta_cls: torch.Tensor):
+        super().__init__(tm_layout(len(states), len(alphabet), P), layers)
         self.state_names, self.alphabet = list(states), list(alphabet)
         self.accept_names = set(accept)
         self.blank, self.T, self.P = alphabet[0], T, P
-        self.layout = tm_layout(len(states), len(alphabet), P)
-        self.w, self.d_k = self.layout.dim, 2 * P + 2
-        self.layer_names = ["A1", "A2", "B1", "B2", "B3", "C0"] + [f"C{j}" for j in range(1, P + 1)] + ["CD", "E1", "E2"]
-        self.layers = nn.ModuleList(TMLayer(self.w, self.d_k) for _ in self.layer_names)
-        z = lambda *shape: nn.Parameter(torch.zeros(*shape, dtype=DTYPE), requires_grad=False)  # noqa: E731
-        self.E, self.h0, self.theta_cls = z(self.w, len(alphabet)), z(self.w), z(self.w)
+        self.w = self.layout.dim
+        self.transformer_layers = layer_names(P)
+        frozen = lambda t: nn.Parameter(t.to(DTYPE), requires_grad=False)  # noqa: E731
+        self.E, self.h0, self.theta_cls = frozen(E), frozen(h0), frozen(theta_cls)
 
-    # --- sizes -----------------------------------------------------------------------------------
+    # --- sizes: each accessor is one Sizes field or one paper formula ----------------------------------
     @property
     def width(self) -> int:
-        return self.w
+        """The hidden width w: ``counted_sizes().embed_dim``."""
+        return self.counted_sizes().embed_dim
 
     @property
     def num_layers(self) -> int:
-        return len(self.layers)
+        """The paper's number of transformer layers d, counted as the number of correction layers (one per layer)."""
+        return sum(name.endswith(".round") for name in self.layer_names)
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """Stored scalars: ``counted_sizes().stored`` (core layers, E, h0 and theta_cls)."""
+        return self.counted_sizes().stored
+
+    def theta(self, correction: bool = True) -> list[tuple[str, torch.Tensor]]:
+        """The paper's parameters theta, by name: every stored tensor except the fixed wiring
+        (the identity W_2 of each work layer and the 0/1 output maps W_O of the attention heads);
+        ``correction=False`` also leaves out the correction layers."""
+        out = []
+        for name, p in self.named_parameters():
+            layer = name.split(".")[1] if name.startswith("layers.") else None
+            if name.endswith(".W_O") or (name.endswith(".W_2") and self.layer_names[int(layer)].endswith(".ff")):
+                continue
+            if not correction and layer is not None and self.layer_names[int(layer)].endswith(".round"):
+                continue
+            out.append((name, p))
+        return out
 
     def l1_norm(self, correction: bool = True) -> float:
-        """Sum of |theta| over all parameters (``correction=False`` leaves out W_2, b_2, W_3, b_3)."""
-        skip = set() if correction else {"W_2", "b_2", "W_3", "b_3"}
-        return float(sum(p.abs().sum() for n, p in self.named_parameters() if n.split(".")[-1] not in skip))
+        """||theta||_1, the alpha of Lemma 2.4 (``correction=False`` leaves out the correction layers)."""
+        return float(sum(p.abs().sum() for _, p in self.theta(correction)))
 
-    def paper_parameter_count(self) -> int:
-        """L (7w^2 + 4 d_k w + 8w + 6 d_k) + w|A| + 2w."""
-        w, dk = self.w, self.d_k
-        return self.num_layers * (7 * w * w + 4 * dk * w + 8 * w + 6 * dk) + w * len(self.alphabet) + 2 * w
+    def paper_sizes(self) -> Sizes:
+        """The paper's w_TM = |Z| + 2|A| + 3 w_pos + w_scr with w_scr = 2|A| + w_pos + 3 (App. C)."""
+        Z, A, P = len(self.state_names), len(self.alphabet), self.P
+        return Sizes(embed_dim=Z + 2 * A + 3 * P + (2 * A + P + 3))
 
     # --- running -----------------------------------------------------------------------------------
-    def _beta(self, t: int, device) -> torch.Tensor:
-        v = torch.zeros(self.w, dtype=DTYPE, device=device)
-        v[self.layout["pos1"]] = torch.tensor(binary(t, self.P), dtype=DTYPE, device=device)
-        return v
+    def beta(self, t: int, device=None) -> torch.Tensor:
+        """The positional encoding beta(t): Bin(t) in pos1, zero elsewhere; (w,)."""
+        return self.layout.vector({("pos1", k): b for k, b in enumerate(binary(t, self.P))}).to(device or self.E.device)
 
     def encode(self, xs: Sequence[str], device, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encoder outputs (B, M, w) for the first T+1 cells (all the head can reach) and a (B, M) validity mask."""
+        """Encoder outputs e_j = E[:, x_j] + beta(j) (B, M, w) for the first T+1 cells (all the head can reach)
+        and a (B, M) validity mask."""
         index = {a: i for i, a in enumerate(self.alphabet)}
         for x in xs:
             if not isinstance(x, str):
@@ -163,86 +229,87 @@ class TMTransformer(nn.Module):
             if bad:
                 raise ValueError(f"input symbols {bad} are outside the alphabet {self.alphabet}")
         M = max([min(len(x), T + 1) for x in xs] + [1])
-        e = torch.zeros(len(xs), M, self.w, dtype=DTYPE, device=device)
+        onehot = torch.zeros(len(xs), M, len(self.alphabet), dtype=DTYPE, device=device)
         mask = torch.zeros(len(xs), M, dtype=torch.bool, device=device)
         for b, x in enumerate(xs):
-            for j, sym in enumerate(x[:M], start=1):
-                e[b, j - 1] = self.E[:, index[sym]] + self._beta(j, device)
-                mask[b, j - 1] = True
-        return e, mask
-
-    @staticmethod
-    def _attend(att: AttentionWeights, h: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                mask: Optional[torch.Tensor], attention: str, beta: float, record: Optional[list]) -> torch.Tensor:
-        """h (B, w); keys (B, n, d_k), values (B, n, w) already projected; null slot first."""
-        q = h @ att.W_Q.T + att.b_Q  # (B, d_k)
-        scores = torch.cat([(q @ att.K0).unsqueeze(1), torch.einsum("bk,bnk->bn", q, keys)], dim=1)  # (B, 1+n)
-        if mask is not None:
-            scores[:, 1:] = scores[:, 1:].masked_fill(~mask, float("-inf"))
-        if record is not None:
-            record.append(scores.detach().cpu())
-        vals = torch.cat([att.V0.expand(h.shape[0], 1, -1), values], dim=1)  # (B, 1+n, w)
-        if attention == "hard":
-            weights = (scores == scores.amax(dim=1, keepdim=True)).to(DTYPE)
-            weights = weights / weights.sum(1, keepdim=True)
-        else:
-            weights = torch.softmax(beta * scores, dim=1)
-        return h + torch.einsum("bn,bnw->bw", weights, vals)
+            for j, sym in enumerate(x[:M]):
+                onehot[b, j, index[sym]] = 1.0
+                mask[b, j] = True
+        pos = torch.stack([self.beta(j, device) for j in range(1, M + 1)])  # (M, w)
+        return (onehot @ self.E.T + pos) * mask[..., None], mask
 
     @property
     def max_horizon(self) -> int:
         """The longest horizon these weights simulate: 2T + 1 < 2^P."""
         return (2**self.P - 2) // 2
 
+    def _attention_layers(self, attention: str, beta: float) -> dict[str, Attention]:
+        """The attention layers to run: the model's own (hard) ones, or softmax layers with the same weights and
+        temperature 1/beta (named like the originals, so `tfbook.layers.perturb` selects them too)."""
+        out = {}
+        for name, layer in self.named_layers():
+            if layer.kind not in ("attn", "xattn"):
+                continue
+            if attention == "hard":
+                out[name] = layer
+                continue
+            soft = Attention.stacked(layer.W_Q, layer.W_K, layer.W_V, layer.W_O, b_Q=layer.b_Q, b_K=layer.b_K,
+                                     b_V=layer.b_V, normalization="softmax", temperature=1.0 / beta,
+                                     null_key=layer.null_key, null_value=layer.null_value, cross=layer.cross)
+            soft.name = name
+            out[name] = soft.to(layer.W_Q.device)
+        return out
+
     def forward_trace(self, xs: Sequence[str], attention: str = "hard", beta: float = 1.0, correct: bool = True,
-                      noise: float = 0.0, noise_seed: int = 0, record: bool = False, device=None,
-                      horizon: Optional[int] = None) -> Trace:
+                      record: bool = False, device=None, horizon: Optional[int] = None) -> Trace:
         """Run the decoder for t = 0..T on a batch of inputs; returns every o_t (and optional attention scores).
 
         ``horizon`` runs the same weights for another number of steps (up to `max_horizon`).
-
-        ``noise`` adds uniform noise in [-noise, noise] to every layer's output before its correction (the
-        correction-radius test of Def. D.1); ``attention="softmax"`` replaces hard attention by softmax(beta * scores).
+        ``attention="softmax"`` runs softmax attention with temperature 1/beta instead of hard attention;
+        ``correct=False`` skips the correction layers. Noise is injected with `tfbook.layers.perturb`.
         """
-        if attention not in ATTENTIONS:
-            raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+        validate.choice("attention", attention, ATTENTIONS)
+        beta = validate.real("beta", beta, low=0, low_open=True)
         T = self.T if horizon is None else horizon
         if isinstance(T, bool) or not isinstance(T, int) or not 1 <= T <= self.max_horizon:
             raise ValueError(f"horizon must be an int in [1, {self.max_horizon}], got {horizon!r}")
         device = device or self.E.device
-        gen = torch.Generator(device="cpu").manual_seed(noise_seed)
         enc, enc_mask = self.encode(xs, device, T)
-        enc_keys = [enc @ lay.enc.W_K.T + lay.enc.b_K for lay in self.layers]
-        enc_vals = [enc @ lay.enc.W_V.T + lay.enc.b_V for lay in self.layers]
-        active = [(lay.dec.active, lay.enc.active) for lay in self.layers]
-        B, L = len(xs), len(self.layers)
-        dec_keys = [torch.zeros(B, 0, self.d_k, dtype=DTYPE, device=device) for _ in range(L)]
-        dec_vals = [torch.zeros(B, 0, self.w, dtype=DTYPE, device=device) for _ in range(L)]
-        scores = {(name, kind): [] for name in self.layer_names for kind in ("dec", "enc")} if record else {}
+        attn = self._attention_layers(attention, beta)
+        steps = [(name, attn.get(name, layer)) for name, layer in self.named_layers()
+                 if correct or not name.endswith(".round")]
+        B = len(xs)
+        cache = {name: torch.zeros(B, T + 1, self.w, dtype=DTYPE, device=device)
+                 for name, layer in steps if layer.kind == "attn"}
+        scores = {name: [] for name, layer in steps if layer.kind in ("attn", "xattn")} if record else {}
         outputs, writes, per_layer = [], [], []
-        h = self.h0.expand(B, -1).clone()
+        h = self.h0.to(device).expand(B, 1, -1)  # (B, 1, w)
         for t in range(T + 1):
             if t > 0:
-                h = outputs[-1] + self._beta(t, device)
-            for i, (lay, name) in enumerate(zip(self.layers, self.layer_names)):
-                if name == "C0":
-                    writes.append(h)
-                if active[i][0]:  # inactive attention is exactly the identity (all scores tie, all values 0)
-                    dec_keys[i] = torch.cat([dec_keys[i], (h @ lay.dec.W_K.T + lay.dec.b_K).unsqueeze(1)], dim=1)
-                    dec_vals[i] = torch.cat([dec_vals[i], (h @ lay.dec.W_V.T + lay.dec.b_V).unsqueeze(1)], dim=1)
-                    h = self._attend(lay.dec, h, dec_keys[i], dec_vals[i], None, attention, beta,
-                                     scores.get((name, "dec")) if record else None)
-                if active[i][1]:
-                    h = self._attend(lay.enc, h, enc_keys[i], enc_vals[i], enc_mask, attention, beta,
-                                     scores.get((name, "enc")) if record else None)
-                eps = (torch.rand(h.shape, generator=gen, dtype=DTYPE) * 2 - 1).to(device) * noise if noise > 0 else None
-                h = lay.feed_forward(h, correct, eps)
+                h = outputs[-1] + self.beta(t, device)
+            for name, layer in steps:
+                if layer.kind == "attn":
+                    if name == "C0.attn":
+                        writes.append(h[:, 0])
+                    cache[name][:, t] = h[:, 0]
+                    kw = {"memory": cache[name][:, : t + 1]}
+                elif layer.kind == "xattn":
+                    kw = {"memory": enc, "key_mask": enc_mask}
+                else:
+                    kw = {}
+                if record and kw:
+                    scores[name].append(layer.scores(h, **kw)[:, 0, 0].masked_fill(
+                        ~torch.cat([torch.ones(B, 1, dtype=torch.bool, device=device), enc_mask], 1)
+                        if layer.kind == "xattn" else torch.zeros(B, t + 2, dtype=torch.bool, device=device),
+                        -float("inf")).cpu())
+                h = layer(h, **kw)
                 if record:
-                    per_layer.append(h.cpu())
+                    per_layer.append(h[:, 0].cpu())
             outputs.append(h)
-        outs = torch.stack(outputs, 1)
-        states = torch.stack(per_layer, 1).reshape(B, T + 1, L, self.w) if record else None
-        return Trace(outs.cpu(), torch.stack(writes, 1).cpu(), scores, (outs[:, -1] @ self.theta_cls).cpu(), states)
+        outs = torch.cat(outputs, 1)  # (B, T+1, w)
+        states = torch.stack(per_layer, 1).reshape(B, T + 1, len(steps), self.w) if record else None
+        return Trace(outs.cpu(), torch.stack(writes, 1).cpu(), scores, (outs[:, -1] @ self.theta_cls).cpu(), states,
+                     [name for name, _ in steps] if record else None)
 
     def _cells(self, bits: torch.Tensor, T: int) -> torch.Tensor:
         """Signed cell indices from Bin(l mod 2^P) (..., P): codes above T+1 are negative cells."""
@@ -253,7 +320,7 @@ class TMTransformer(nn.Module):
     def write_log(self, trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
         """(cells, symbol indices), each (B, T+1): position t >= 1 wrote symbol u_t into cell l_{t-1}."""
         T = trace.outputs.shape[1] - 1
-        return self._cells(trace.writes[..., self.layout["pos2"]], T), trace.writes[..., self.layout["sym2"]].argmax(-1)
+        return self._cells(self.read(trace.writes, "pos2"), T), self.read(trace.writes, "sym2").argmax(-1)
 
     def tape_after(self, x: str, trace: Trace, b: int, t: int) -> dict[int, str]:
         """The tape of input ``x`` (batch row ``b``) after t steps, from the transformer's write log."""
@@ -266,8 +333,8 @@ class TMTransformer(nn.Module):
     def decode(self, xs: Sequence[str], trace: Trace) -> list[RunResult]:
         """Read states, heads, the accept bit and the final tape from the hidden states (never from a machine)."""
         T = trace.outputs.shape[1] - 1
-        st = trace.outputs[..., self.layout["st"]].argmax(-1)  # (B, T+1)
-        heads = self._cells(trace.outputs[..., self.layout["pos2"]], T)  # (B, T+1)
+        st = self.read(trace.outputs, "st").argmax(-1)  # (B, T+1)
+        heads = self._cells(self.read(trace.outputs, "pos2"), T)  # (B, T+1)
         results = []
         for b, x in enumerate(xs):
             states = [self.state_names[int(i)] for i in st[b]]
@@ -289,136 +356,117 @@ def build_transformer(tm: TuringMachine, T: int, device=None) -> TMTransformer:
     """The P + 9 layer transformer of Appendix C (with the gap fillings of the chapter) for T steps."""
     if not isinstance(tm, TuringMachine):
         raise ValueError(f"tm must be a TuringMachine, got {type(tm).__name__}")
-    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-        raise ValueError(f"T must be an int >= 1, got {T!r}")
+    T = validate.positive_int("T", T)
     P = position_bits(T)
-    states = [PRE] + [z for z in tm.states]
+    states = [PRE] + list(tm.states)
     A = list(tm.alphabet)
-    model = TMTransformer(states, A, sorted(tm.accept), T, P)
-    lay = model.layout
+    lay = tm_layout(len(states), len(A), P)
     zi = {z: i for i, z in enumerate(states)}
     ai = {a: i for i, a in enumerate(A)}
     pair = lambda z, a: ("pair", zi[z] * len(A) + ai[a])  # noqa: E731
-    layers = dict(zip(model.layer_names, model.layers))
-    base = ["st", "sym2", "pos1", "pos2", "pos3", "scr1", "scr2", "scr3", "scr4"]
+    work = {name: _Work(lay) for name in layer_names(P)}
+    heads: dict[str, _Head] = {}
 
-    def keep(layer: TMLayer, groups: Sequence[str]) -> None:
-        for g in groups:
-            for k in range(lay.size(g)):
-                layer.W_1[lay.index((g, k)), lay.index((g, k))] = 1.0
-
-    def unit(layer: TMLayer, out, reads: dict, bias: float = 0.0) -> None:
-        for key, v in reads.items():
-            layer.W_1[lay.index(out), lay.index(key)] += v
-        layer.b_1[lay.index(out)] += bias
-
-    with torch.no_grad():
-        # Embeddings: E writes the symbol's one-hot into sym1; h0 is the pre-step (state pre, blank read).
+    # A1: pair detector; A2: apply the transition table (the only place it is stored). Lemma C.1.
+    table = dict(tm.delta)
+    table.update({(PRE, a): (tm.initial, tm.blank, 1) for a in A})
+    for z in states:
         for a in A:
-            model.E[lay.index(("sym1", ai[a])), ai[a]] = 1.0
-        model.h0[lay.index(("st", zi[PRE]))] = 1.0
-        model.h0[lay.index(("sym1", ai[tm.blank]))] = 1.0
-        for z in tm.accept:
-            model.theta_cls[lay.index(("st", zi[z]))] = 1.0
-        for z in tm.reject:
-            model.theta_cls[lay.index(("st", zi[z]))] = -1.0
+            work["A1"].unit(pair(z, a), {("st", zi[z]): 1.0, ("sym1", ai[a]): 1.0}, bias=-1.0)
+    for (z, a), (z2, u, q) in table.items():
+        for out in (("st", zi[z2]), ("sym2", ai[u]), ("dir", 0 if q == -1 else 1)):
+            work["A2"].unit(out, {pair(z, a): 1.0})
+    for name in ("A1", "A2"):
+        work[name].keep(["pos1", "pos2"])
 
-        # A1: pair detector; A2: apply the transition table (the only place it is stored).
-        table = dict(tm.delta)
-        table.update({(PRE, a): (tm.initial, tm.blank, 1) for a in A})
-        for z in states:
-            for a in A:
-                unit(layers["A1"], pair(z, a), {("st", zi[z]): 1.0, ("sym1", ai[a]): 1.0}, bias=-1.0)
-        keep(layers["A1"], ["pos1", "pos2"])
-        for (z, a), (z2, u, q) in table.items():
-            for out in (("st", zi[z2]), ("sym2", ai[u]), ("dir", 0 if q == -1 else 1)):
-                unit(layers["A2"], out, {pair(z, a): 1.0})
-        keep(layers["A2"], ["pos1", "pos2"])
+    # B1-B3: l_t = l_{t-1} +- 1 (mod 2^P) by carry lookahead, then XOR in two ReLU layers. Lemma C.2.
+    for name in ("B1", "B2", "B3"):
+        work[name].keep(["st", "sym2", "pos1", "pos2"])
+    for k in range(P):
+        low = {("pos2", j): 1.0 for j in range(k + 1, P)}
+        work["B1"].unit(("cy", k), {("dir", 1): 1.0, **low}, bias=-float(len(low)))
+        work["B1"].unit(("bw", k), {("dir", 0): 1.0, **{key: -1.0 for key in low}})
+        work["B2"].unit(("cy", k), {("pos2", k): 1.0, ("cy", k): -1.0, ("bw", k): -1.0})
+        work["B2"].unit(("bw", k), {("pos2", k): -1.0, ("cy", k): 1.0, ("bw", k): 1.0})
+        work["B3"].unit(("pos3", k), {("cy", k): 1.0, ("bw", k): 1.0})
 
-        # B1-B3: l_t = l_{t-1} +- 1 (mod 2^P) by carry lookahead, then XOR in two ReLU layers.
-        for name in ("B1", "B2", "B3"):
-            keep(layers[name], ["st", "sym2", "pos1", "pos2"])
+    # C0: was cell l_t ever written (Claim C.4)? match scores P, null P - 1, others <= P - 2.
+    c0 = heads["C0"] = _Head(lay, [("pos", P), ("null", 1)], [("found", 1)])
+    for k in range(P):
+        c0.pm(("pos", k), ("pos3", k), ("pos2", k))
+    c0.bq["null"], c0.null["null"] = 1.0, P - 1
+    c0.bv["found"], c0.out[("found", 0)] = 1.0, ("scr4", 0)
+    work["C0"].keep(BASE)
+
+    # C1..CP: binary search for i' = max{t' <= t : l_{t'-1} = l_t}, most significant bit first (Claim C.5).
+    for j in range(1, P + 1):
+        slots = [("pos", P)] + ([("prefix", j - 1)] if j > 1 else []) + [("bit", 1), ("null", 1)]
+        att = heads[f"C{j}"] = _Head(lay, slots, [("hit", 1)])
         for k in range(P):
-            low = {("pos2", j): 1.0 for j in range(k + 1, P)}
-            unit(layers["B1"], ("cy", k), {("dir", 1): 1.0, **low}, bias=-float(len(low)))
-            unit(layers["B1"], ("bw", k), {("dir", 0): 1.0, **{key: -1.0 for key in low}})
-            unit(layers["B2"], ("cy", k), {("pos2", k): 1.0, ("cy", k): -1.0, ("bw", k): -1.0})
-            unit(layers["B2"], ("bw", k), {("pos2", k): -1.0, ("cy", k): 1.0, ("bw", k): 1.0})
-            unit(layers["B3"], ("pos3", k), {("cy", k): 1.0, ("bw", k): 1.0})
-
-        def pm(att_W, att_b, row: int, key) -> None:  # +-1 encoding of a bit: 2 * bit - 1
-            att_W[row, lay.index(key)] = 2.0
-            att_b[row] = -1.0
-
-        # C0: was cell l_t ever written (Claim C.4)?
-        c0 = layers["C0"].dec
+            att.pm(("pos", k), ("pos3", k), ("pos2", k))
+        for i in range(j - 1):
+            att.pm(("prefix", i), ("scr3", i), ("pos1", i))
+        att.bq["bit"] = 1.0
+        att.pm("bit", None, ("pos1", j - 1))
+        att.bq["null"], att.null["null"] = 1.0, P + j - 1
+        att.bv["hit"], att.out[("hit", 0)] = 1.0, ("scr4", 2)
+        ff = work[f"C{j}"]
+        ff.keep([g for g in BASE if g not in ("scr3", "scr4")])
         for k in range(P):
-            pm(c0.W_Q, c0.b_Q, k, ("pos3", k))
-            pm(c0.W_K, c0.b_K, k, ("pos2", k))
-        c0.b_Q[2 * P] = 1.0
-        c0.K0[2 * P] = P - 1
-        c0.b_V[lay.index(("scr4", 0))] = 1.0
-        keep(layers["C0"], base)
+            if k != j - 1:
+                ff.unit(("scr3", k), {("scr3", k): 1.0})
+        ff.unit(("scr3", j - 1), {("scr4", 2): 1.0})
+        ff.unit(("scr4", 0), {("scr4", 0): 1.0})
+        ff.unit(("scr4", 1), {("scr4", 1): 1.0})
 
-        # C1..CP: binary search for i' = max{t' <= t : l_{t'-1} = l_t}, most significant bit first (Claim C.5).
-        for j in range(1, P + 1):
-            layer = layers[f"C{j}"]
-            att = layer.dec
-            for k in range(P):
-                pm(att.W_Q, att.b_Q, k, ("pos3", k))
-                pm(att.W_K, att.b_K, k, ("pos2", k))
-            for i in range(j - 1):
-                pm(att.W_Q, att.b_Q, P + i, ("scr3", i))
-                pm(att.W_K, att.b_K, P + i, ("pos1", i))
-            att.b_Q[P + j - 1] = 1.0
-            pm(att.W_K, att.b_K, P + j - 1, ("pos1", j - 1))
-            att.b_Q[2 * P] = 1.0
-            att.K0[2 * P] = P + j - 1
-            att.b_V[lay.index(("scr4", 2))] = 1.0
-            keep(layer, [g for g in base if g not in ("scr3", "scr4")])
-            for k in range(P):
-                if k != j - 1:
-                    unit(layer, ("scr3", k), {("scr3", k): 1.0})
-            unit(layer, ("scr3", j - 1), {("scr4", 2): 1.0})
-            unit(layer, ("scr4", 0), {("scr4", 0): 1.0})
-            unit(layer, ("scr4", 1), {("scr4", 1): 1.0})
+    # CD: read the symbol written at i' (Claim C.6) and the input symbol at l_t (Lemma C.7).
+    cd = heads["CD"] = _Head(lay, [("pos", P), ("time", P), ("null", 1)], [("sym", len(A))])
+    for k in range(P):
+        cd.pm(("pos", k), ("pos3", k), ("pos2", k))
+        cd.pm(("time", k), ("scr3", k), ("pos1", k))
+    cd.bq["null"], cd.null["null"] = 1.0, 2 * P - 1
+    enc = heads["CD.x"] = _Head(lay, [("pos", P), ("null", 1)], [("sym", len(A)), ("inp", 1)])
+    for k in range(P):
+        enc.pm(("pos", k), ("pos3", k), ("pos1", k))
+    enc.bq["null"], enc.null["null"] = 1.0, P - 1
+    for a in range(len(A)):
+        cd.v[("sym", a)], cd.out[("sym", a)] = {("sym2", a): 1.0}, ("scr1", a)
+        enc.v[("sym", a)], enc.out[("sym", a)] = {("sym1", a): 1.0}, ("scr2", a)
+    enc.bv["inp"], enc.out[("inp", 0)] = 1.0, ("scr4", 1)
+    work["CD"].keep([g for g in BASE if g != "scr3"])
 
-        # CD: read the symbol written at i' (Claim C.6) and the input symbol at l_t (Lemma C.7).
-        cd = layers["CD"]
-        for k in range(P):
-            pm(cd.dec.W_Q, cd.dec.b_Q, k, ("pos3", k))
-            pm(cd.dec.W_K, cd.dec.b_K, k, ("pos2", k))
-            pm(cd.dec.W_Q, cd.dec.b_Q, P + k, ("scr3", k))
-            pm(cd.dec.W_K, cd.dec.b_K, P + k, ("pos1", k))
-            pm(cd.enc.W_Q, cd.enc.b_Q, k, ("pos3", k))
-            pm(cd.enc.W_K, cd.enc.b_K, k, ("pos1", k))
-        cd.dec.b_Q[2 * P] = 1.0
-        cd.dec.K0[2 * P] = 2 * P - 1
-        cd.enc.b_Q[2 * P] = 1.0
-        cd.enc.K0[2 * P] = P - 1
-        for a in range(len(A)):
-            cd.dec.W_V[lay.index(("scr1", a)), lay.index(("sym2", a))] = 1.0
-            cd.enc.W_V[lay.index(("scr2", a)), lay.index(("sym1", a))] = 1.0
-        cd.enc.b_V[lay.index(("scr4", 1))] = 1.0
-        keep(cd, [g for g in base if g != "scr3"])
+    # E1: choose the symbol now under the head (written before, else input, else blank; Lemma C.8).
+    e1 = work["E1"]
+    e1.keep(["st", "pos3"])
+    found, inp = ("scr4", 0), ("scr4", 1)
+    for a in range(len(A)):
+        e1.unit(("scr1", a), {("scr1", a): 1.0, found: 1.0}, bias=-1.0)
+        e1.unit(("scr2", a), {("scr2", a): 1.0, inp: 1.0, found: -1.0}, bias=-1.0)
+    e1.unit(("scr4", 2), {found: -1.0, inp: -1.0}, bias=1.0)
 
-        # E1: choose the symbol now under the head (written before, else input, else blank; Lemma C.8).
-        e1 = layers["E1"]
-        keep(e1, ["st", "pos3"])
-        found, inp = ("scr4", 0), ("scr4", 1)
-        for a in range(len(A)):
-            unit(e1, ("scr1", a), {("scr1", a): 1.0, found: 1.0}, bias=-1.0)
-            unit(e1, ("scr2", a), {("scr2", a): 1.0, inp: 1.0, found: -1.0}, bias=-1.0)
-        unit(e1, ("scr4", 2), {found: -1.0, inp: -1.0}, bias=1.0)
+    # E2: restore the invariant o_t = (z_t, a_t, Bin(l_t)).
+    e2 = work["E2"]
+    e2.keep(["st"])
+    for k in range(P):
+        e2.unit(("pos2", k), {("pos3", k): 1.0})
+    for a in range(len(A)):
+        reads = {("scr1", a): 1.0, ("scr2", a): 1.0}
+        if a == ai[tm.blank]:
+            reads[("scr4", 2)] = 1.0
+        e2.unit(("sym1", a), reads)
 
-        # E2: restore the invariant o_t = (z_t, a_t, Bin(l_t)).
-        e2 = layers["E2"]
-        keep(e2, ["st"])
-        for k in range(P):
-            unit(e2, ("pos2", k), {("pos3", k): 1.0})
-        for a in range(len(A)):
-            reads = {("scr1", a): 1.0, ("scr2", a): 1.0}
-            if a == ai[tm.blank]:
-                reads[("scr4", 2)] = 1.0
-            unit(e2, ("sym1", a), reads)
-    return model.to(device or default_device())
+    layers = []
+    for name in layer_names(P):
+        if name in heads:
+            layers.append((f"{name}.attn", heads[name].build()))
+        if f"{name}.x" in heads:
+            layers.append((f"{name}.xattn", heads[f"{name}.x"].build(cross=True)))
+        layers += [(f"{name}.ff", work[name].build()), (f"{name}.round", _correction(lay.dim))]
+
+    # Embeddings: E writes the symbol's one-hot into sym1; h0 is the pre-step (state pre, blank read).
+    E = torch.stack([lay.vector({("sym1", ai[a]): 1.0}) for a in A], dim=1)  # (w, |A|)
+    h0 = lay.vector({("st", zi[PRE]): 1.0, ("sym1", ai[tm.blank]): 1.0})
+    theta_cls = lay.vector({**{("st", zi[z]): 1.0 for z in tm.accept}, **{("st", zi[z]): -1.0 for z in tm.reject}})
+    model = TMTransformer(states, A, sorted(tm.accept), T, P, layers, E, h0, theta_cls)
+    device = torch.device(device or default_device())
+    return model if device.type == "cpu" else nn.Module._apply(model, lambda t: t.to(device))
