@@ -1,14 +1,16 @@
 """Tests for tfbook.colsym: exact algebra, squaring/product errors, Lemma 2, Theorem 1 bounds and sizes."""
-import itertools
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 import sympy
 import torch
 
 import tfbook.colsym as cs
-from tfbook.colsym.verify import sup_error
+from tfbook import claims as cl
+from tfbook.colsym import checks, verify
+from tfbook.layers import perturb
 
 F64 = torch.float64
 
@@ -37,24 +39,17 @@ def test_partition_formula_equals_bruteforce_and_zero_beyond_n():
 def test_paper_examples_coefficient_and_example3():
     assert cs.term_coefficient(((1,), (1,), (1,), (2,), (2,))) == 12
     x1, x2, x3 = sympy.symbols("x1 x2 x3")
-    X = [[x1, x2, x3]]
-    poly = sum(X[0][i] * X[0][j] for i, j in itertools.permutations(range(3), 2))
-    assert sympy.expand(poly - 2 * (x1 * x2 + x1 * x3 + x2 * x3)) == 0
+    assert sympy.expand(cs.msp_symbolic(((1,), (1,)), [(x1,), (x2,), (x3,)]) - 2 * (x1 * x2 + x1 * x3 + x2 * x3)) == 0
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_lemma3_identity_symbolically(n):
-    d = 2
-    syms = sympy.symbols(f"x0:{d * n}")
-    cols = [syms[i * d:(i + 1) * d] for i in range(n)]
-
-    def P(T):
-        return sum(math.prod(math.prod(c ** a for c, a in zip(cols[i], alpha)) for i, alpha in zip(idx, T))
-                   for idx in itertools.permutations(range(n), len(T))) if len(T) <= n else 0
-
-    for T in [((0, 1), (1, 0)), ((1, 0), (1, 0), (1, 1)), ((0, 1), (1, 0), (1, 0))]:
-        T_minus, last, T_js = cs.lemma3_terms(T)
-        assert sympy.expand(P(T) - (P(T_minus) * P((last,)) - sum(P(t) for t in T_js))) == 0
+def test_lemma3_terms_give_the_identity_symbolically(n):
+    syms = sympy.symbols(f"x0:{2 * n}")
+    cols = [syms[2 * i:2 * i + 2] for i in range(n)]
+    P = lambda T: cs.msp_symbolic(T, cols)  # noqa: E731
+    for T in [((0, 1), (1, 0)), ((1, 0), (1, 0), (1, 1)), ((0, 1), (1, 0), (1, 0)), ((1, 0),) * (n + 1)]:
+        T_minus, last, T_js = cs.lemma3_terms(tuple(sorted(T)))
+        assert sympy.expand(P(tuple(sorted(T))) - (P(T_minus) * P((last,)) - sum(P(t) for t in T_js))) == 0
 
 
 def test_lemma6_round_trip_and_rejects_asymmetric():
@@ -80,7 +75,7 @@ def test_square_fnn_error_exact_width_depth(N, L):
     net = cs.build_square_fnn(N, L)
     x = torch.arange(0, 2**14 + 1, dtype=F64)[:, None] / 2**14
     err = net(x)[:, 0] - x[:, 0] ** 2
-    assert err.min() >= 0 and float(err.max()) == pytest.approx(cs.squaring_error(N, L), rel=1e-12)
+    assert err.min() >= 0 and float(err.max()) == cs.squaring_error(N, L)
     grid = 2 ** (L * cs.choose_k(N))
     xg = torch.arange(grid + 1, dtype=F64)[:, None] / grid
     assert torch.equal(net(xg)[:, 0], xg[:, 0] ** 2)
@@ -94,9 +89,9 @@ def test_product_error_range_attained(N, L):
     g = 2 ** (L * cs.choose_k(N))
     j = torch.arange(g, dtype=F64)
     top = net(torch.stack([j / g, (j + 1) / g], 1))[:, 0] - j * (j + 1) / g**2
-    assert float(top.max()) == pytest.approx(2 * delta, rel=1e-9)
+    assert torch.equal(top, torch.full_like(top, 2 * delta))
     low = net(torch.tensor([[1 / (2 * g), 3 / (2 * g)]], dtype=F64))[0, 0] - 3 / (4 * g * g)
-    assert float(low) == pytest.approx(-delta, rel=1e-9)
+    assert float(low) == -delta
     X = torch.rand(20000, 2, dtype=F64)
     e = net(X)[:, 0] - X[:, 0] * X[:, 1]
     assert -delta - 1e-15 <= float(e.min()) and float(e.max()) <= 2 * delta + 1e-15
@@ -106,78 +101,202 @@ def test_product_error_range_attained(N, L):
 def test_lemma2_conversion_equal_on_nonnegative_fails_on_negative():
     net = cs.build_product_fnn(3, 2)
     tf = cs.fnn_to_transformer(net)
-    X = torch.rand(500, 2, dtype=F64)
-    assert torch.allclose(cs.run_converted(tf, X), net(X)[:, 0], rtol=0, atol=1e-14)
+    X = torch.randint(0, 2**12 + 1, (500, 2), dtype=F64) / 2**12
+    assert torch.equal(cs.run_converted(tf, X), net(X)[:, 0])
     neg = torch.tensor([[-0.5, 0.5]], dtype=F64)
     assert abs(float(cs.run_converted(tf, neg) - net(neg)[:, 0])) > 0.1
-    assert tf.depth == net.depth + 1
+    sizes = tf.counted_sizes()
+    assert sizes.layers == net.depth + 1 and sizes.ff_width == 2 * sizes.embed_dim == 2 * net.width
 
 
 # --- the Theorem 1 transformer -------------------------------------------------------------------
 
-def _check_theorem(coeffs, d, n, N, L, n_random=64):
+NON_VACUOUS = [(1, 2, 4, 8, 5), (2, 2, 4, 8, 6), (1, 3, 9, 6, 4), (2, 1, 4, 7, 5)]
+
+
+@pytest.mark.parametrize("d,s,N,L,n", NON_VACUOUS)
+def test_theorem1_example1_non_vacuous(d, s, N, L, n):
+    assert 8.0**s * float(N) ** -L <= 1e-3  # the bound is at most a thousandth of ||f||
+    coeffs = cs.example1_coeffs(d, s)
     model = cs.build_transformer(coeffs, d, n, N, L)
-    res = sup_error(model, coeffs, n_random=n_random, ascent_steps=5, n_starts=2)
-    assert res["sup"] <= cs.theorem1_bound(coeffs, d, n, N, L)
-    s = model.s
-    assert model.width <= cs.paper_width(d, s, N)
-    assert model.depth == cs.impl_depth(s, L) <= cs.paper_depth(s, L)
-    return model, res
+    claims = cl.Claims("test")
+    res = checks.theorem1(claims, model, coeffs, "Example 1", cs.theorem1_bound(coeffs, d, n, N, L), n_random=32,
+                          ascent_steps=3)
+    checks.sizes(claims, model, "Example 1")
+    assert model.depth == cs.impl_depth(s, L) and claims.all_hold()
+    assert res["sup"] <= 1e-6 * cs.sup_norm(coeffs, n)  # and far below it: the rate is 4^-Lk, not N^-L
 
 
-@pytest.mark.parametrize("d,s,N,L,n", [(1, 3, 3, 3, 5), (2, 2, 4, 3, 6), (2, 3, 2, 4, 3), (1, 2, 1, 2, 3)])
-def test_theorem1_example1(d, s, N, L, n):
-    _check_theorem(cs.example1_coeffs(d, s), d, n, N, L)
+def _mutant_setting():
+    d, s, N, L, n = 2, 2, 4, 8, 6
+    coeffs = cs.example1_coeffs(d, s)
+    return coeffs, cs.build_transformer(coeffs, d, n, N, L), cs.theorem1_bound(coeffs, d, n, N, L)
+
+
+def test_mutation_zero_one_write_into_out_breaks_theorem1():
+    coeffs, model, bound = _mutant_setting()
+    T = model.keys[2][-1]
+    (clip_layer,) = model.gadget_layers(f"clip{T}")
+    out = model.layout.index("out")
+
+    def drop_out(layer, update):
+        update = update.clone()
+        update[..., out] = 0.0
+        return update
+
+    checks.theorem1(cl.Claims("intact"), model, coeffs, "Example 1", bound, n_random=16, ascent_steps=0)
+    with perturb(fn=drop_out, names=[clip_layer]) as p, pytest.raises(cl.ClaimError):
+        checks.theorem1(cl.Claims("mutant"), model, coeffs, "Example 1", bound, n_random=16, ascent_steps=0)
+    assert p.hits > 0
+
+
+def test_mutation_attention_value_breaks_prop2_and_theorem1():
+    coeffs, model, bound = _mutant_setting()
+    X = verify.candidate_inputs(model, 16, 0)["random"]
+    checks.prop2(cl.Claims("intact"), model, X)
+    with perturb(scale=1 + 1e-3, kinds=["attn"]):
+        with pytest.raises(cl.ClaimError, match="Prop 2: degree-1"):
+            checks.prop2(cl.Claims("mutant"), model, X)
+        with pytest.raises(cl.ClaimError):
+            checks.theorem1(cl.Claims("mutant"), model, coeffs, "Example 1", bound, n_random=16, ascent_steps=0)
+
+
+def test_mutation_drop_the_clip_breaks_prop3():
+    coeffs, model, _ = _mutant_setting()
+    X = verify.candidate_inputs(model, 16, 0)["random"]
+    checks.prop3(cl.Claims("intact"), model, [X])
+    (clip_layer,) = model.gadget_layers(f"clip{model.keys[2][0]}")
+    with perturb(scale=0.0, names=[clip_layer]), pytest.raises(cl.ClaimError, match="recursion"):
+        checks.prop3(cl.Claims("mutant"), model, [X])
+
+
+def test_perturbed_core_breaks_every_check():
+    coeffs, model, bound = _mutant_setting()
+    X = verify.candidate_inputs(model, 16, 0)["random"]
+    for check in (lambda c: checks.prop1(c, model, X), lambda c: checks.prop2(c, model, X),
+                  lambda c: checks.prop3(c, model, [X]),
+                  lambda c: checks.theorem1(c, model, coeffs, "Ex 1", bound, n_random=16, ascent_steps=0)):
+        check(cl.Claims("intact"))
+        with perturb(scale=1 + 1e-3), pytest.raises(cl.ClaimError):
+            check(cl.Claims("perturbed"))
+
+
+def test_search_attains_prop1_and_prop2_bounds():
+    model = cs.build_transformer({((1, 1),): 1.0}, 2, 5, 3, 2)
+    pairs = verify.candidate_inputs(model, 64, 0)["adjacent grid pairs"]
+    claims = cl.Claims("test")
+    assert checks.prop1(claims, model, pairs) == pytest.approx(1.0, rel=1e-9)
+    assert checks.prop2(claims, model, pairs) == pytest.approx(1.0, rel=1e-9)
+
+
+def test_gradient_ascent_returns_best_point_visited():
+    coeffs = cs.example1_coeffs(1, 3)
+    model = cs.build_transformer(coeffs, 1, 5, 3, 3)
+    X0 = torch.rand(4, 1, 5, dtype=F64)
+    X, e = verify.gradient_ascent(model, coeffs, X0, steps=8)
+    assert torch.equal(e, verify.errors(model, coeffs, X)) and bool((e >= verify.errors(model, coeffs, X0)).all())
 
 
 def test_recursive_bound_per_T_and_exact_zero_beyond_n():
     d, s, N, L, n = 2, 3, 4, 3, 2
     model = cs.build_transformer(cs.example1_coeffs(d, s), d, n, N, L)
     X = torch.rand(64, d, n, dtype=F64)
-    for r, Ts in model.keys.items():
-        for T in Ts:
-            err = float((model.read(X, T) - cs.msp(T, X)).abs().max())
-            assert err <= cs.recursive_error_bound(T, n, N, L)
-            if r > n:
-                assert torch.equal(model.read(X, T), torch.zeros(64, dtype=F64))
+    rows = checks.prop3(cl.Claims("test"), model, [X])
+    assert {r for r, *_ in rows} == {1, 2, 3}
+    for T in model.keys[3]:
+        assert torch.equal(model.read_msp(X, T), torch.zeros(64, dtype=F64))
+
+
+def test_section8_constant_below_8s_over_2():
+    for s in range(2, 6):
+        ratio, T, n = cs.section8_constant(1, s, 60)
+        assert ratio <= 8.0**s / 2 and len(T) == s == n  # the worst case is the top rank at n = r
+    assert cs.section8_constant(2, 3, 30)[0] == cs.section8_constant(1, 3, 30)[0]
 
 
 def test_attention_is_exactly_uniform_and_unique_and_invariance():
     coeffs = cs.random_coeffs(2, 3, seed=1)
     model = cs.build_transformer(coeffs, 2, 8, 3, 3)
     X = torch.randint(0, 256, (16, 2, 8), dtype=F64) / 256
-    states = model.stream(X, return_all=True)
-    att = model.attention()
-    A = att.attention_matrices(states[model.attention_block])[0]
-    assert torch.equal(A, torch.full_like(A, 1 / 8))
-    with_attention = [b for b in model.transformer.blocks if b.attention is not None]
-    assert len(with_attention) == 1 and len(att.heads) == 1
+    trace = model.trace(model.embed(X))
+    (name,) = trace.attention
+    assert name == model.layer_names[model.attention_block] == "sum." + str(model.attention_block)
+    assert torch.equal(trace.attention[name], torch.full_like(trace.attention[name], 1 / 8))
+    assert sum(layer.kind == "attn" for layer in model.layers) == 1 and model.attention().num_heads == 1
     perm = torch.randperm(8)
     assert torch.equal(model(X[:, :, perm]), model(X))  # n a power of 2, dyadic X: bitwise
 
 
-def test_parameters_independent_of_n_and_flattened_grows():
+def test_trace_agrees_with_return_all_and_stream_upto():
+    model = cs.build_transformer(cs.example1_coeffs(1, 2), 1, 4, 3, 2)
+    X = torch.rand(3, 1, 4, dtype=F64)
+    states = model.stream(X, return_all=True)
+    trace = model.trace(model.embed(X))
+    assert len(states) == len(trace.states) == model.depth + 1
+    assert all(torch.equal(a, b) for a, b in zip(states, trace.states))
+    assert torch.equal(model.stream(X, upto=5), states[5]) and torch.equal(trace.state(model.layer_names[4]), states[5])
+
+
+def test_sizes_against_hand_counts():
+    # d=1, s=2, k=1, L=1: one monomial product (6 + 1 units), the attention, one rank-2 product (6 + 1), a clip (2)
+    model = cs.build_transformer(cs.example1_coeffs(1, 2), d=1, n=3, N=1, L=1)
+    assert model.layer_names == ["mono.0", "mono.1", "sum.2", "rank2.3", "rank2.4", "rank2.5"]
+    assert [layer.hidden_width for layer in model.layers if layer.kind == "mlp"] == [6, 1, 6, 1, 2]
+    D = 2 + 5 + 3 + 5  # x, out; the product (y 3, acc, psi); P_(1), P_(2), P_(1,1); the second product
+    sizes = model.counted_sizes()
+    assert (sizes.layers, sizes.attention_layers, sizes.ff_layers, sizes.max_heads) == (6, 1, 5, 1)
+    assert (sizes.embed_dim, sizes.ff_width, sizes.attention_width) == (D, 6, 3)  # 2 monomials + the constant row
+    assert (model.depth, model.width, model.embed_dim) == (6, 6, D)
+    assert model.num_parameters() == 6 * (6 * 6 * D + 6 + D)
+    assert sizes.compare(cs.paper_sizes(1, 2, 1, 1)) == [("layers", 6, 10), ("attention_layers", 1, 1),
+                                                          ("max_heads", 1, 1), ("ff_width", 6, 48),
+                                                          ("attention_width", 3, 48)]
+
+
+def test_parameters_independent_of_n():
     coeffs = cs.example1_coeffs(2, 2)
     models = [cs.build_transformer(coeffs, 2, n, 4, 2) for n in (2, 7, 64, 300)]
     assert len({m.num_parameters() for m in models}) == 1
     assert len({m.num_stored_parameters() for m in models}) == 1
-    flat = [cs.parameter_count_flattened(m) for m in models]
-    assert flat == sorted(flat) and flat[-1] > 100 * flat[0] / 2
+    assert len({m.num_nonzero() for m in models}) == 1
 
 
 def test_builds_are_deterministic_and_weights_dyadic():
-    coeffs = cs.example1_coeffs(1, 2)
-    a, b = cs.build_transformer(coeffs, 1, 4, 3, 2), cs.build_transformer(coeffs, 1, 4, 3, 2)
+    coeffs = {T: 1.0 for Ts in cs.enumerate_msp(2, 3).values() for T in Ts}  # dyadic coefficients, n a power of 2
+    a, b = cs.build_transformer(coeffs, 2, 4, 3, 2), cs.build_transformer(coeffs, 2, 4, 3, 2)
     for p, q in zip(a.parameters(), b.parameters()):
         assert torch.equal(p, q)
+        scaled = p * 2.0**40
+        assert torch.equal(scaled, scaled.round()) and float(p.abs().max()) <= 2.0**12
+
+
+def test_coefficients_of_any_real_type_and_lemma6_feeds_the_construction():
+    d, n = 1, 3
+    poly = cs.expand({((1,), (1,)): Fraction(1, 2), ((2,),): 3, (): np.int64(2)}, d, n)
+    coeffs = cs.decompose_column_symmetric(poly, d, n)
+    assert all(isinstance(c, Fraction) for c in coeffs.values())
+    model = cs.build_transformer(coeffs, d, n, 4, 3)
+    X = torch.rand(16, d, n, dtype=F64)
+    assert float((model(X) - cs.evaluate(coeffs, X)).abs().max()) <= cs.theorem1_bound(coeffs, d, n, 4, 3)
+    same = cs.build_transformer({T: np.float32(float(c)) if T else np.int64(2) for T, c in coeffs.items()}, d, n, 4, 3)
+    assert torch.equal(same(X), model(X))
+
+
+def test_paper_clip_rejects_rank_beyond_n_terms():
+    coeffs = cs.example1_coeffs(1, 3)
+    with pytest.raises(ValueError, match="rank > n = 2"):
+        cs.build_transformer(coeffs, 1, 2, 3, 2, clip="paper")
+    kept = {T: c for T, c in coeffs.items() if len(T) <= 2}
+    model = cs.build_transformer(kept, 1, 2, 3, 2, clip="paper")
+    assert float(model.read_msp(torch.rand(8, 1, 2, dtype=F64), ((1,), (1,), (1,))).abs().max()) > 0  # not clipped to 0
 
 
 def test_signed_variant_and_bad_input():
     with pytest.raises(ValueError, match="negative"):
         cs.build_transformer({((1,),): -1.0}, 1, 3, 2, 2)
-    model = cs.build_transformer({((1,), (1,)): -1.0, ((2,),): 1.0}, 1, 3, 4, 3, signed=True)
-    X = torch.rand(32, 1, 3, dtype=F64)
     coeffs = {((1,), (1,)): -1.0, ((2,),): 1.0}
+    model = cs.build_transformer(coeffs, 1, 3, 4, 3, signed=True)
+    X = torch.rand(32, 1, 3, dtype=F64)
     assert float((model(X) - cs.evaluate(coeffs, X)).abs().max()) <= cs.theorem1_bound(coeffs, 1, 3, 4, 3, signed=True)
     with pytest.raises(ValueError, match="length d = 2"):
         cs.build_transformer({((1,),): 1.0}, 2, 3, 2, 2)
@@ -187,6 +306,8 @@ def test_signed_variant_and_bad_input():
         cs.build_transformer({((1,),): 1.0}, 1, 3, 0, 2)
     with pytest.raises(ValueError, match="L must be an int >= 1"):
         cs.build_transformer({((1,),): 1.0}, 1, 3, 2, 0)
+    with pytest.raises(ValueError, match="must be a finite real number"):
+        cs.build_transformer({((1,),): "1"}, 1, 3, 2, 2)
     good = cs.build_transformer({((1,),): 1.0}, 1, 3, 2, 2)
     with pytest.raises(ValueError, match=r"shape \(batch, d=1, n=3\)"):
         good(torch.rand(2, 1, 4, dtype=F64))

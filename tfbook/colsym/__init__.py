@@ -20,12 +20,13 @@ from tfbook.colsym.algebra import (canonical, count_bounds, degree, decompose_co
                                    enumerate_multi_indices, evaluate, expand, lemma3_terms, max_value, msp,
                                    msp_bruteforce, msp_partition, msp_symbolic, term_coefficient)
 from tfbook.colsym.bounds import (impl_depth, paper_depth, paper_width, prop1_depth, prop1_width,
-                                  recursive_error_bound, sup_norm, theorem1_bound_from)
-from tfbook.colsym.construction import (ColsymTransformer, build_transformer, example1_coeffs,
-                                        parameter_count_flattened, random_coeffs, validate_coeffs)
-from tfbook.colsym.squaring import (FNN, build_product_fnn, build_square_fnn, check_positive_int, choose_k,
-                                    fnn_to_transformer,
+                                  recursion_constant, recursive_error_bound, section8_constant, sup_norm,
+                                  theorem1_bound_from)
+from tfbook.colsym.construction import (ColsymTransformer, build_transformer, example1_coeffs, paper_sizes,
+                                        random_coeffs, validate_coeffs)
+from tfbook.colsym.squaring import (FNN, build_product_fnn, build_square_fnn, choose_k, fnn_to_transformer,
                                     product_error, run_converted, squaring_error)
+from tfbook import validate
 from tfbook.device import DTYPE
 
 
@@ -34,8 +35,8 @@ def theorem1_bound(coeffs: Mapping, d: int, n: int, N: int, L: int, signed: bool
 
     With ``signed=True`` negative coefficients are allowed and the bound is 8^s N^-L sum |c_T| P_T(1).
     """
-    d, n = check_positive_int("d", d), check_positive_int("n", n)
-    N, L = check_positive_int("N", N), check_positive_int("L", L)
+    d, n = validate.positive_int("d", d), validate.positive_int("n", n)
+    N, L = validate.positive_int("N", N), validate.positive_int("L", L)
     c = validate_coeffs(coeffs, d, signed)
     s = max([degree(T) for T in c] + [1])
     return theorem1_bound_from(c, s, n, N, L, signed)
@@ -55,7 +56,8 @@ __all__ = [
     "ColsymTransformer", "FNN", "build_product_fnn", "build_square_fnn", "build_transformer", "canonical",
     "choose_k", "count_bounds", "decompose_column_symmetric", "enumerate_msp", "enumerate_multi_indices",
     "evaluate", "example1_coeffs", "expand", "fnn_to_transformer", "impl_depth", "lemma3_terms", "max_value",
-    "msp", "msp_bruteforce", "msp_partition", "msp_symbolic", "paper_depth", "paper_width", "parameter_count_flattened",
-    "product_error", "prop1_depth", "prop1_width", "random_coeffs", "recursive_error_bound", "run_converted",
+    "msp", "msp_bruteforce", "msp_partition", "msp_symbolic", "paper_depth", "paper_sizes", "paper_width",
+    "product_error", "prop1_depth", "prop1_width", "random_coeffs", "recursion_constant", "recursive_error_bound",
+    "run_converted", "section8_constant",
     "squaring_error", "sup_norm", "term_coefficient", "theorem1_bound", "theorem1_bound_from",
 ]

@@ -1,38 +1,44 @@
-"""The Theorem 1 transformer, assembled from named slots (Takeshita & Imaizumi, Sections 5-8).
+"""The Theorem 1 transformer, assembled from gadgets on named slots (Takeshita & Imaizumi, Sections 5-8).
 
-Blocks, in order (each block = optional attention, then a residual ReLU feed-forward layer):
+The recipe, in the order the planner receives it (it places each gadget as early as its inputs allow,
+so the layer indices below are a consequence, not an input):
 
-1. TF_0 (Prop 1): (s-1) stages of L+1 feed-forward blocks; stage t builds every column monomial of
-   degree t+1 as psi(monomial of degree t, x_i) with the product gadget. Attention is absent (zero), so
-   columns are processed independently.
-2. One attention block (Prop 2): W_Q = W_K = 0, so softmax weights are exactly 1/n; W_V reads the
-   monomial slots and W_O writes n times their mean, i.e. P_alpha = sum_i x_i^alpha, into every column.
-3. TF_2 (Lemma 3, eq. (3), Prop 3): (s-1) stages of L+2 blocks; stage r builds every rank-r P_T as
-   clip_[0, M_r](n^r psi(P_{T^-} / n^{r-1}, P_{alpha_r} / n) - sum_j P_{T_j}).
-4. Read-out (Lemma 6, Section 8): the layers that create each P_T also write c_T P_T into the ``out``
-   slot; the constant c_0 enters as a value bias of the attention. Output: ``out`` of column 0.
+1. TF_0 (Prop 1, phase ``mono``): every column monomial of degree t = 2..s as psi(monomial of degree t-1,
+   x_i) with the product gadget; all degree-t products run in parallel in L+1 feed-forward layers, so
+   TF_0 has (s-1)(L+1) layers. There is no attention, so columns are processed independently.
+2. One attention layer (Prop 2, phase ``sum``): W_Q = W_K = 0, softmax weights exactly 1/n; W_V reads the
+   monomial slots and W_O writes n times their mean, P_alpha = sum_i m_alpha(x_i), into every column.
+3. TF_2 (Lemma 3, eq. (3), Prop 3, phases ``rank2`` .. ``rank<s>``): every rank-r P_T as
+   clip_[0, M_r](n^r psi(P_{T^-} / n^{r-1}, P_{alpha_r} / n) - sum_j P_{T_j}): L+1 product layers and one clip
+   layer per rank.
+4. Read-out (Lemma 6, Section 8): the layers that create each P_T also write c_T P_T into the ``out`` slot;
+   the constant c_0 enters through the attention's value bias b_V. Output: ``out`` of column 0.
+
+Layers are named ``<phase>.<index>``, e.g. ``mono.0``, ``sum.8``, ``rank2.9``.
 """
 from __future__ import annotations
 
-import math
 from typing import Mapping, Optional
 
 import torch
-from torch import nn
 
-from tfbook.colsym.algebra import (Key, canonical, degree, enumerate_msp, enumerate_multi_indices, lemma3_terms,
-                                   term_coefficient)
-from tfbook.colsym.bounds import falling_factorial, impl_depth
-from tfbook.colsym.squaring import check_positive_int, choose_k, sawtooth_coefficients
+from tfbook import gadgets as gd
+from tfbook import validate
+from tfbook.colsym.algebra import Key, canonical, degree, enumerate_msp, enumerate_multi_indices, lemma3_terms
+from tfbook.colsym.algebra import term_coefficient
+from tfbook.colsym.bounds import falling_factorial, paper_depth, paper_width
+from tfbook.colsym.squaring import choose_k
 from tfbook.device import DTYPE
-from tfbook.layers import Attention, Block, HeadWeights, Transformer
-from tfbook.layout import FFBuilder, Layout, SlotKey
+from tfbook.layers import Attention
+from tfbook.layout import Layout
+from tfbook.model import Construction, Sizes
 
 CLIP_LEVELS = ("falling", "paper")
 
 
 def validate_coeffs(coeffs: Mapping, d: int, signed: bool = False) -> dict[Key, float]:
-    """Canonical {T: c_T} (keys with equal multisets are summed); raises ValueError on bad input."""
+    """Canonical {T: c_T} (keys with equal multisets are summed); any real number type (int, float, Fraction,
+    NumPy scalars) is accepted. Raises ValueError on bad input."""
     if not isinstance(coeffs, Mapping) or len(coeffs) == 0:
         raise ValueError("coeffs must be a non-empty dict {T: coefficient}")
     out: dict[Key, float] = {}
@@ -40,90 +46,67 @@ def validate_coeffs(coeffs: Mapping, d: int, signed: bool = False) -> dict[Key, 
         if not isinstance(T, tuple):
             raise ValueError(f"each key of coeffs must be a tuple of multi-indices, got {T!r}")
         key = canonical(T, d) if T else ()
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c):
-            raise ValueError(f"coefficient of {T!r} must be a finite number, got {c!r}")
+        c = validate.real(f"coefficient of {T!r}", c)
         if c < 0 and not signed:
             raise ValueError(
                 f"coefficient of {T!r} is negative ({c}); Theorem 1 needs non-negative coefficients "
                 "(pass signed=True for the signed variant and its own bound)"
             )
-        out[key] = out.get(key, 0.0) + float(c)
+        out[key] = out.get(key, 0.0) + c
     return out
 
 
-class _Plan:
-    """Per-block feed-forward builders and the single attention head, over one growing `Layout`."""
+class ColsymTransformer(Construction):
+    """The constructed transformer; ``model(X)`` maps (batch, d, n) inputs in [0, 1] to (batch,) values.
 
-    def __init__(self, layout: Layout):
-        self.layout = layout
-        self.ffs: dict[int, FFBuilder] = {}
-
-    def ff(self, block: int) -> FFBuilder:
-        return self.ffs.setdefault(block, FFBuilder(self.layout))
-
-
-def add_product(plan: _Plan, block0: int, u: Mapping[SlotKey, float], v: Mapping[SlotKey, float],
-                tag: str, k: int, L: int) -> str:
-    """The product gadget psi(u, v) = relu(2 f((u+v)/2) - f(u)/2 - f(v)/2), f = f_{Lk}, in blocks block0..block0+L.
-
-    ``u`` and ``v`` are linear forms of the stream with values in [0, 1]. Slots: ``tag.y`` (three
-    sawtooth channels), ``tag.acc`` (the accumulator phi) and ``tag.psi`` (the output, returned).
+    Size accessors (each one `Sizes` field of `counted_sizes()` or one formula of the paper):
+    ``depth`` = Sizes.layers (every block of Definition 2 here holds one layer); ``width`` = the width m of
+    Definition 2, max(Sizes.ff_width, Sizes.attention_width); ``embed_dim`` = Sizes.embed_dim;
+    ``num_parameters()`` = Definition 2's dense count depth * (6 m D + m + D); ``num_stored_parameters()``
+    = Sizes.stored; ``num_nonzero()`` = Sizes.nonzero.
     """
-    for name, size in (("y", 3), ("acc", 1), ("psi", 1)):
-        plan.layout.add(f"{tag}.{name}", size)
-    K = 2**k
-    a, b = sawtooth_coefficients(k)
-    mid = {key: 0.5 * u.get(key, 0.0) + 0.5 * v.get(key, 0.0) for key in set(u) | set(v)}
-    forms, weights = [mid, dict(u), dict(v)], [2.0, -0.5, -0.5]
-    for ell in range(1, L + 1):
-        ff, scale, last = plan.ff(block0 + ell - 1), 4.0 ** (-(ell - 1) * k), ell == L
-        for ch, (form, c) in enumerate(zip(forms, weights)):
-            read = form if ell == 1 else {(f"{tag}.y", ch): 1.0}
-            for t in range(K):
-                write = {f"{tag}.acc": -c * scale * float(b[t]) + (c if (ell == 1 and t == 0) else 0.0)}
-                if not last:  # y <- g_k(y): the residual adds g_k(y) - y (y = relu(y) read by the t = 0 unit)
-                    write[(f"{tag}.y", ch)] = float(a[t]) - (1.0 if (ell > 1 and t == 0) else 0.0)
-                ff.unit(read=read, bias=-t / K, write=write)
-    plan.ff(block0 + L).unit(read={f"{tag}.acc": 1.0}, write={f"{tag}.psi": 1.0})
-    return f"{tag}.psi"
 
-
-class ColsymTransformer(nn.Module):
-    """The constructed transformer; ``model(X)`` maps (batch, d, n) inputs in [0, 1] to (batch,) values."""
-
-    def __init__(self, layout: Layout, transformer: Transformer, d: int, n: int, s: int, N: int, L: int, k: int,
-                 keys: dict[int, list[Key]], attention_block: int):
-        super().__init__()
-        self.layout, self.transformer = layout, transformer
+    def __init__(self, layout: Layout, layers, d: int, n: int, s: int, N: int, L: int, k: int,
+                 keys: dict[int, list[Key]], placements: Mapping[str, gd.Placement]):
+        super().__init__(layout, layers)
         self.d, self.n, self.s, self.N, self.L, self.k = d, n, s, N, L, k
-        self.keys, self.attention_block = keys, attention_block
+        self.keys, self.placements = keys, dict(placements)
+        self.attention_block = self.placements["sum"].first  # index of the attention layer
+
+    def gadget_layers(self, tag: str) -> list[str]:
+        """Names of the layers holding gadget ``tag`` (e.g. ``"m(1, 1).psi"``'s product ``"m(1, 1)"``, ``"sum"``,
+        ``"q((1,), (1,))"``, ``"clip((1,), (1,))"``)."""
+        p = self.placements[tag]
+        return self.layer_names[p.first: p.last + 1]
 
     @property
     def width(self) -> int:
-        """Largest hidden width of a layer (feed-forward units; the attention's value width counts too)."""
-        att = self.transformer.blocks[self.attention_block].attention
-        return max(self.transformer.width, att.heads[0].W_V.shape[0])
+        """Definition 2's width m: the largest hidden width of any layer, max(ff_width, attention_width)."""
+        sizes = self.counted_sizes()
+        return max(sizes.ff_width, sizes.attention_width)
 
     @property
     def depth(self) -> int:
-        """Number of blocks (attention + feed-forward), as in the paper's Definition 2."""
-        return self.transformer.depth
+        """Number of layers, `Sizes.layers` (each block of Definition 2 holds one layer here)."""
+        return len(self.layers)
 
     @property
     def embed_dim(self) -> int:
+        """The embedding dimension D, `Sizes.embed_dim` (the paper does not bound it)."""
         return self.layout.dim
 
     def num_parameters(self) -> int:
-        """Parameters in the paper's sense: depth blocks of one head (4 m D) and an FF layer (2 m D + m + D)."""
+        """Parameters in the paper's sense (Definition 2, dense): depth * (4 m D attention + 2 m D + m + D feed-forward)."""
         m, D = self.width, self.embed_dim
         return self.depth * (6 * m * D + m + D)
 
     def num_stored_parameters(self) -> int:
-        """Scalars actually stored (absent zero attentions not counted, layers at their own widths)."""
-        return self.transformer.num_parameters()
+        """Scalars actually stored, `Sizes.stored` (layers at their own widths, absent biases not stored)."""
+        return self.counted_sizes().stored
 
     def num_nonzero(self) -> int:
-        return self.transformer.num_nonzero()
+        """Non-zero stored scalars, `Sizes.nonzero`."""
+        return self.counted_sizes().nonzero
 
     def embed(self, X: torch.Tensor) -> torch.Tensor:
         """(batch, d, n) -> (batch, n, D): the columns of X become tokens, [X; 0]."""
@@ -132,23 +115,21 @@ class ColsymTransformer(nn.Module):
             raise ValueError(f"X must have shape (batch, d={self.d}, n={self.n}), got {tuple(X.shape)}")
         if not torch.is_floating_point(X) or torch.isnan(X).any() or (X < 0).any() or (X > 1).any():
             raise ValueError("X must be a float tensor with entries in [0, 1]")
-        H = torch.zeros(X.shape[0], self.n, self.layout.dim, dtype=DTYPE, device=X.device)
-        H[..., self.layout["x"]] = X.transpose(1, 2).to(DTYPE)
-        return H
+        return super().embed(x=X.transpose(1, 2).to(DTYPE))
 
     def stream(self, X: torch.Tensor, return_all: bool = False, upto: Optional[int] = None):
-        """The (batch, n, D) stream after all blocks (every state with ``return_all``), or after the first ``upto``."""
+        """The (batch, n, D) stream after all layers (every state with ``return_all``), or after the first ``upto``."""
         H = self.embed(X)
         if upto is None:
-            return self.transformer(H, return_all=return_all)
-        for block in self.transformer.blocks[:upto]:
-            H = block(H)
+            return super().forward(H, return_all=return_all)
+        for layer in self.layers[:upto]:
+            H = layer(H)
         return H
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return self.stream(X)[:, 0, self.layout.index("out")]
 
-    def read(self, X: torch.Tensor, T: Key) -> torch.Tensor:
+    def read_msp(self, X: torch.Tensor, T: Key) -> torch.Tensor:
         """The approximation of P_T held in column 0, for any T of degree <= s."""
         return self.stream(X)[:, 0, self.layout.index(f"P{tuple(T)}")]
 
@@ -158,7 +139,8 @@ class ColsymTransformer(nn.Module):
         return {T: H[:, self.layout.index(f"P{T}")] for Ts in self.keys.values() for T in Ts}
 
     def attention(self) -> Attention:
-        return self.transformer.blocks[self.attention_block].attention
+        """The single attention layer (Prop 2)."""
+        return self.layers[self.attention_block]
 
 
 def build_transformer(coeffs: Mapping, d: int, n: int, N: int, L: int, clip: str = "falling",
@@ -166,68 +148,60 @@ def build_transformer(coeffs: Mapping, d: int, n: int, N: int, L: int, clip: str
     """Theorem 1: a one-head transformer approximating f = coeffs[()] + sum_T coeffs[T] P_T on [0,1]^{d x n}.
 
     ``clip``: ``"falling"`` clips rank-r values to [0, n!/(n-r)!] (exact zeros for r > n; our default),
-    ``"paper"`` to [0, n^r]. ``rule`` picks k from N (see `choose_k`). ``signed=True`` allows negative
-    coefficients (the bound then uses sum |c_T| P_T(1)).
+    ``"paper"`` to [0, n^r]; with ``"paper"`` a non-zero coefficient on a rank r > n term is rejected (P_T = 0
+    there, but the construction's value is not, and the theorem's bound does not account for it). ``rule``
+    picks k from N (see `choose_k`). ``signed=True`` allows negative coefficients (the bound then uses
+    sum |c_T| P_T(1)).
     """
-    d, n = check_positive_int("d", d), check_positive_int("n", n)
-    N, L = check_positive_int("N", N), check_positive_int("L", L)
-    if clip not in CLIP_LEVELS:
-        raise ValueError(f"clip must be one of {CLIP_LEVELS}, got {clip!r}")
+    d, n = validate.positive_int("d", d), validate.positive_int("n", n)
+    N, L = validate.positive_int("N", N), validate.positive_int("L", L)
+    validate.choice("clip", clip, CLIP_LEVELS)
     c = validate_coeffs(coeffs, d, signed)
+    if clip == "paper" and any(len(T) > n and v != 0 for T, v in c.items()):
+        raise ValueError(f"clip='paper' with a non-zero coefficient on a term of rank > n = {n}: P_T = 0 there, "
+                         "but the n^r clip leaves a non-zero value outside the bound; use clip='falling' "
+                         "or drop those terms")
     s = max([degree(T) for T in c] + [1])
     k = choose_k(N, rule)
     keys = enumerate_msp(d, s)
-    layout = Layout([("x", d), ("out", 1)])
-    plan = _Plan(layout)
+    plan = gd.Planner(Layout([("x", d), ("out", 1)]))
 
     # TF_0: column monomials of degree 2..s (Prop 1).
-    mono: dict[tuple, SlotKey] = {a: ("x", a.index(1)) for a in enumerate_multi_indices(d, 1)}
-    for t in range(2, s + 1):
-        block0 = (t - 2) * (L + 1)
-        for alpha in (a for a in enumerate_multi_indices(d, s) if sum(a) == t):
-            i = max(j for j in range(d) if alpha[j] > 0)
-            beta = tuple(a - (j == i) for j, a in enumerate(alpha))
-            mono[alpha] = add_product(plan, block0, {mono[beta]: 1.0}, {("x", i): 1.0}, f"m{alpha}", k, L)
+    mono: dict[tuple, gd.Form] = {a: {("x", a.index(1)): 1.0} for a in enumerate_multi_indices(d, 1)}
+    for alpha in (a for a in enumerate_multi_indices(d, s) if sum(a) >= 2):
+        i = max(j for j in range(d) if alpha[j] > 0)
+        beta = tuple(a - (j == i) for j, a in enumerate(alpha))
+        plan.add(gd.product(mono[beta], {("x", i): 1.0}, f"m{alpha}.psi", k, L, tag=f"m{alpha}"), phase="mono")
+        mono[alpha] = {f"m{alpha}.psi": 1.0}
 
-    # The attention layer (Prop 2): P_alpha = n * mean_i m_alpha(x_i); constant term as a value bias.
-    A = (s - 1) * (L + 1)
+    # The attention layer (Prop 2): P_alpha = n * mean_i m_alpha(x_i); the constant term through b_V.
     alphas = [T[0] for T in keys[1]]
-    for alpha in alphas:
-        layout.add(f"P{((alpha,))}")
-    for r in range(2, s + 1):
-        for T in keys[r]:
-            layout.add(f"P{T}")
+    for Ts in keys.values():
+        for T in Ts:
+            plan.layout.add(f"P{T}")
+    writes = [{f"P{((a,))}": 1.0, "out": c.get((a,), 0.0)} for a in alphas]
+    plan.add(gd.uniform_sum([mono[a] for a in alphas], writes, n, constant={"out": c.get((), 0.0)}, tag="sum"),
+             phase="sum")
 
     # TF_2: rank induction (Lemma 3, eq. (3)).
     for r in range(2, s + 1):
-        base = A + 1 + (r - 2) * (L + 2)
         M_r = falling_factorial(n, r) if clip == "falling" else n**r
         for T in keys[r]:
             T_minus, last, T_js = lemma3_terms(T)
-            psi = add_product(plan, base, {f"P{T_minus}": 1.0 / n ** (r - 1)}, {f"P{((last,))}": 1.0 / n}, f"q{T}", k, L)
-            v = {psi: float(n**r)}
-            for Tj in T_js:
-                v[f"P{Tj}"] = v.get(f"P{Tj}", 0.0) - 1.0
-            cT = c.get(T, 0.0)
-            plan.ff(base + L + 1).unit(read=v, write={f"P{T}": 1.0, "out": cT})
-            plan.ff(base + L + 1).unit(read=v, bias=-float(M_r), write={f"P{T}": -1.0, "out": -cT})
+            psi = f"q{T}.psi"
+            plan.add(gd.product({f"P{T_minus}": 1.0 / n ** (r - 1)}, {f"P{((last,))}": 1.0 / n}, psi, k, L,
+                                tag=f"q{T}"), phase=f"rank{r}")
+            v = gd.combine((float(n**r), psi), *[(-1.0, f"P{Tj}") for Tj in T_js])
+            plan.add(gd.clip(v, {f"P{T}": 1.0, "out": c.get(T, 0.0)}, 0.0, float(M_r), tag=f"clip{T}"),
+                     phase=f"rank{r}")
+    return ColsymTransformer(plan.layout, plan.layers(), d, n, s, N, L, k, keys, plan.placements)
 
-    W_V = layout.matrix([{mono[a]: 1.0} for a in alphas] + [{}])  # (m_a + 1, D); last row: constant
-    b_V = torch.zeros(len(alphas) + 1, dtype=DTYPE)
-    b_V[-1] = 1.0
-    W_O = layout.matrix([{f"P{((a,))}": float(n), "out": float(n) * c.get((a,), 0.0)} for a in alphas]
-                        + [{"out": c.get((), 0.0)}]).T  # (D, m_a + 1)
-    zeros = torch.zeros(1, layout.dim, dtype=DTYPE)
-    head = HeadWeights(W_Q=zeros, W_K=zeros, W_V=W_V, W_O=W_O, b_V=b_V)
 
-    depth = impl_depth(s, L)
-    blocks = []
-    for i in range(depth):
-        if i == A:
-            blocks.append(Block(attention=Attention([head], "softmax")))
-        else:
-            blocks.append(Block(feed_forward=plan.ffs[i].build()))
-    return ColsymTransformer(layout, Transformer(blocks), d, n, s, N, L, k, keys, A)
+def paper_sizes(d: int, s: int, N: int, L: int) -> Sizes:
+    """Theorem 1's sizes as a `Sizes` record: width 12 (2d)^s N (feed-forward and attention), depth 2sL + 3s,
+    one attention layer with one head."""
+    width = paper_width(d, s, N)
+    return Sizes(layers=paper_depth(s, L), attention_layers=1, max_heads=1, ff_width=width, attention_width=width)
 
 
 def example1_coeffs(d: int, s: int) -> dict[Key, float]:
@@ -248,13 +222,3 @@ def random_coeffs(d: int, s: int, seed: int, density: float = 0.5) -> dict[Key, 
     out[top[int(torch.randint(len(top), (1,), generator=gen))]] = 1.0
     return out
 
-
-def parameter_count_flattened(model: ColsymTransformer) -> int:
-    """Section 9.1: an FNN on the flattened dn-vector needs the column-wise part (TF_0) and the sum once per
-    column, n times the parameters of those layers, while the rank induction runs once."""
-    A = model.attention_block
-    per_column = sum(b.feed_forward.W_1.numel() + b.feed_forward.b_1.numel() + b.feed_forward.W_2.numel()
-                     + b.feed_forward.b_2.numel() for b in model.transformer.blocks[:A])
-    sum_layer = model.attention().heads[0].W_V.shape[0]
-    rest = sum(p.numel() for b in model.transformer.blocks[A + 1:] for p in b.parameters())
-    return model.n * (per_column + sum_layer) + rest

@@ -260,7 +260,7 @@ class Planner:
             for k, v in u.write.items():
                 W_2[lay.index(k), i] += v
             b_1[i] = u.bias
-        return FeedForward(W_1, b_1, W_2, lay.vector(step.constant))
+        return FeedForward(W_1, b_1, W_2, lay.vector(step.constant) if step.constant else None)
 
     def _attention(self, step: _Step) -> Attention:
         lay, heads = self.layout, []
