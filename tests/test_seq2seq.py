@@ -1,0 +1,271 @@
+"""Tests of tfbook.seq2seq (paper 003): constructions against the paper's definition, exactness,
+equivariance, selection, sizes, rates, codes, masking helpers, bad input, and mutations."""
+import copy
+import math
+
+import pytest
+import torch
+
+from tfbook import claims as cl
+from tfbook.layers import perturb
+from tfbook.seq2seq import (G_count, a_dagger, attention_error_bound, block_frequencies, blocks_below,
+                            build_approximator, build_extractor, build_selector, chi_for, codes, coherence,
+                            estimation_rate, extract_reference, frequency_block, gamma, global_greedy_mask,
+                            greedy_mask, important_coords, jaccard, paper_forward, psi, selection_reference, shift,
+                            trig_eval)
+from tfbook.seq2seq.checks import check_equivariance, check_extraction, check_selection
+
+G = torch.Generator().manual_seed(7)
+
+
+def rand(*shape):
+    return torch.rand(*shape, dtype=torch.float64, generator=G)
+
+
+def permuted_grid(B, N, gap_scale=1.0):
+    """Importance channel: a random permutation of a grid, gap 1/(N−1)."""
+    return torch.stack([torch.randperm(N, generator=G).double() / (N - 1) * gap_scale for _ in range(B)])
+
+
+OFFSETS = [(1, 3), (0, -5), (2, 0), (0, 5)]
+
+
+@pytest.mark.parametrize("boundary", ["circular", "zero"])
+def test_extractor_matches_paper_definition_and_extracts(boundary):
+    model = build_extractor(OFFSETS, 3, 5)
+    X = rand(4, 3, 2 * 11)
+    y = model(X, boundary=boundary)
+    assert y.shape == (4, 4, 22)
+    assert float((y - paper_forward(model.paper_weights(), X, boundary)).abs().max()) <= 1e-9
+    assert float((y - extract_reference(X, OFFSETS, boundary)).abs().max()) <= attention_error_bound(5, 4, chi_for(5, 4, 1e-9))
+
+
+def test_extractor_score_is_chi_cos():
+    chi = 3.5
+    model = build_extractor([(0, 2)], 1, 4, chi=chi)
+    X = rand(1, 1, 9)
+    S = model.layer("g1").scores(model.embed_sequence(X)[0])[0, 0]  # (n, n)
+    i, l = torch.meshgrid(torch.arange(9), torch.arange(9), indexing="ij")
+    want = chi * torch.cos((i + 2 - l).double() * 2 * math.pi / 9)
+    assert torch.allclose(S, want, atol=1e-12)
+
+
+def test_extractor_shape_independent_of_N_and_U_and_sizes():
+    a, b = build_extractor(OFFSETS, 3, 5), build_extractor(OFFSETS, 3, 40)
+    assert a.num_parameters() == b.num_parameters()
+    s = a.sizes()
+    assert (s.M, s.D, s.H, s.L, s.W, s.U) == (1, 3 + 4 + 2, 4, 1, 9, (5,))
+    assert a.period == 11 and a.num_layers == 1 and a.depth == 1 and a.width == 9
+    w = a.paper_weights()
+    assert w["E"].shape == (9, 3) and w["pe"](torch.arange(5)).shape == (9, 5)
+    K, Q, V = w["layers"][0]["heads"][0]
+    assert K.shape == (2, 9) and Q.shape == (2, 9) and V.shape == (9, 9)
+    assert torch.equal(w["E"], build_extractor(OFFSETS, 3, 5).paper_weights()["E"])
+
+
+def test_extractor_exact_shift_equivariance_and_long_sequences():
+    model = build_extractor(OFFSETS, 3, 5)
+    X = rand(2, 3, 33)
+    claims = cl.Claims("t")
+    check_equivariance(claims, model, X, range(-7, 8))
+    for N in (11, 55, 121):
+        Xn = rand(1, 3, N)
+        assert float((model(Xn) - extract_reference(Xn, OFFSETS)).abs().max()) <= 1e-9
+
+
+def test_chi_for_inverts_bound():
+    for U, H, eps in [(3, 2, 1e-6), (17, 5, 1e-3)]:
+        assert math.isclose(attention_error_bound(U, H, chi_for(U, H, eps)), eps, rel_tol=1e-9)
+
+
+def test_approximator_error_and_size_scaling():
+    coords = [(0, 1), (1, -2)]
+    coeffs = {(0, 0): 0.3, (1, -2): 0.5, (3, 0): -0.2, (-1, 5): 0.1}
+    sizes = {}
+    for tol in (2.0**-8, 2.0**-20):
+        model = build_approximator(coords, coeffs, 2, 3, tol)
+        X = rand(8, 2, 21)
+        for boundary in ("circular", "zero"):
+            F = trig_eval(coeffs, extract_reference(X, coords, boundary).transpose(1, 2))
+            assert float((model(X, boundary=boundary)[:, 0] - F).abs().max()) <= tol
+        sizes[tol] = (model.width, model.depth, model.num_parameters())
+    (w0, l0, n0), (w1, l1, n1) = sizes[2.0**-8], sizes[2.0**-20]
+    assert w1 <= 4 * w0 and l1 <= 10 * l0 and n1 <= 20 * n0 and l1 > l0
+
+
+def test_approximator_width_formula_full_truncation():
+    a, kind, T = (1.0, 2.0), "mixed", 3.0
+    coeffs = {}
+    for s in blocks_below(a, kind, T):
+        for r in block_frequencies(s):
+            coeffs[r] = 0.1
+    model = build_approximator([(0, 0), (0, 1)], coeffs, 1, 1, 2.0**-6)
+    dmax = len(important_coords(a, kind, T))
+    assert model.width <= 21 * dmax * G_count(a, kind, T)
+
+
+@pytest.mark.parametrize("code", ["onehot", "random"])
+def test_selector_selects_ranks_on_permuted_importance(code):
+    V, channels = 3, [[1], [1, 0], [], [1]]
+    importance = {(0, 0): 1.0, (): -0.5}
+    N = 7 * 3
+    gap = 1.0 / (N - 1)
+    kw = {"code_dim": 4096} if code == "random" else {}
+    model = build_selector(importance, channels, 2, V, gap, code=code, **kw)
+    assert model.num_layers == len(channels) + 1 and model.period == math.lcm(3, 7)
+    X = rand(3, 2, N)
+    X[:, 0] = permuted_grid(3, N)
+    claims = cl.Claims("t")
+    if code == "onehot":
+        check_selection(claims, model, importance, channels, V, X, 1e-9)
+        assert float((model(X) - paper_forward(model.paper_weights(), X)).abs().max()) <= 1e-9
+        Y = X.clone()
+        Y[:, 0] = permuted_grid(3, N)  # same weights, new importance order
+        check_selection(claims, model, importance, channels, V, Y, 1e-9)
+    assert model(X).shape == (3, 4, N)
+
+
+def test_selector_sizes_and_chi_override():
+    model = build_selector({(0, -2): 1.0, (1, 1): 0.5}, [[0]], 2, 2, 0.1, chi=2.0)
+    s = model.sizes()
+    dp = 5
+    assert s.U == (2, 2) and s.M == 2 and s.D == 2 + 1 + 2 + 4 + 2 * dp
+    X = rand(1, 2, 5)
+    A = model.run_trace(X).attention["g2"][0, 0]  # (N, N)
+    mu = X[0, 0].roll(2) + 0.5 * X[0, 1].roll(-1)  # μ_l
+    want = torch.softmax(2.0 * mu, 0)
+    for i in range(5):
+        assert torch.allclose(A[i].roll(-i), want.roll(-i), atol=1e-6)
+
+
+def test_rates_and_counting_hand_values():
+    assert psi(0, 0.3) == 1.0 and math.isclose(psi(-2, 0.125), math.sqrt(2) * math.cos(math.pi / 2), abs_tol=1e-15)
+    assert math.isclose(psi(3, 0.25), math.sqrt(2) * math.sin(1.5 * math.pi))
+    assert [frequency_block(r) for r in (0, 1, -1, 2, 3, -4, 7, 8)] == [0, 1, 1, 2, 2, 3, 3, 4]
+    assert gamma((1, 2), (1.0, 3.0), "mixed") == 7.0 and gamma((1, 2), (1.0, 3.0), "anisotropic") == 6.0
+    assert a_dagger((2.0, 3.0), "mixed") == 2.0 and math.isclose(a_dagger((2.0, 3.0), "anisotropic"), 1.2)
+    # mixed a=(1,2), T=3: s in {(0,0),(1,0),(2,0),(0,1)} -> 1 + 2 + 4 + 2
+    assert G_count((1.0, 2.0), "mixed", 3) == 9
+    # anisotropic a=(1,2), T=3: s1 <= 2, s2 <= 1 -> (1+2+4)(1+2)
+    assert G_count((1.0, 2.0), "anisotropic", 3) == 21
+    assert important_coords((0.5, 4.0, 2.0), "mixed", 3) == [0, 2]
+    n = 1024
+    assert math.isclose(estimation_rate(n, 1.0, 1.0), n ** (-2 / 3) * 10.0**8)
+    assert math.isclose(estimation_rate(n, 1.0, 2.0, V=8), n ** (-2 / 3) * 10.0 ** (2.5 + 6) * 27)
+    assert len(block_frequencies((2, 0, 1))) == 2 ** 3
+
+
+def test_codes_and_coherence():
+    u = codes(5, 7)
+    assert torch.equal(u, torch.eye(5, 7, dtype=torch.float64)) and coherence(u) == 0.0
+    r = codes(9, 64, "random", seed=3)
+    assert torch.allclose(r.norm(dim=1), torch.ones(9, dtype=torch.float64))
+    assert torch.equal(r, codes(9, 64, "random", seed=3)) and not torch.equal(r, codes(9, 64, "random", seed=4))
+    assert set(r.abs().flatten().tolist()) == {1 / 8}
+    assert coherence(r) == float((r @ r.T - torch.eye(9, dtype=torch.float64)).abs().max())
+
+
+def _predict_sum(weights):
+    def predict(batch):
+        s = (batch * weights).sum(dim=(1, 2))
+        p = torch.sigmoid(s)
+        return torch.stack([1 - p, p], 1)
+    return predict
+
+
+def test_greedy_mask_ties_order_and_global():
+    x = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    predict = _predict_sum(torch.tensor([[-1.0, -2.0, -1.0, 0.0]]))
+    order, probs = greedy_mask(predict, x, 1)
+    assert order.tolist() == [1, 0, 2] and probs.shape == (4,)
+    assert probs[0] == predict(x[None])[0, 1] and bool((probs[1:] >= probs[:-1]).all())
+    o2, p2 = greedy_mask(predict, x, 1, steps=4)
+    assert o2.tolist() == [1, 0, 2, 3]  # remaining token 3 ties with nothing: masked last
+    X = torch.stack([x, torch.tensor([[0.0, 1.0, 1.0, 1.0]])])
+    og, pg = global_greedy_mask(predict, X, [1, 1], steps=2)
+    assert og.tolist() == [1, 2] and pg.shape == (3,)
+
+
+def test_jaccard():
+    assert jaccard([], []) == 1.0 and jaccard([1, 2], [2, 3]) == 1 / 3 and jaccard([1], []) == 0.0
+
+
+@pytest.mark.parametrize("call", [
+    lambda: build_extractor([(0, 6)], 1, 5),
+    lambda: build_extractor([(1, 0)], 1, 5),
+    lambda: build_extractor([(0, 1), (0, 1)], 1, 5),
+    lambda: build_extractor([(0, 1)], 1, 0),
+    lambda: build_extractor([(0, 1)], 1, 3, chi=0.0),
+    lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 2, 7)),
+    lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 1, 7) + 1.0),
+    lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 1, 7), boundary="mirror"),
+    lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 1, 8)),
+    lambda: build_approximator([(0, 0)], {(1, 1): 1.0}, 1, 2, 0.1),
+    lambda: build_approximator([(0, 0)], {(1,): 1.0}, 1, 2, 0.0),
+    lambda: build_selector({(0, 0): 1.0}, [[0]] * 4, 1, 1, 0.1),
+    lambda: build_selector({(0, 0): 1.0}, [[0]], 1, 1, 0.0),
+    lambda: build_selector({(0, 0): 1.0}, [[0]], 1, 1, 0.1, code="hadamard"),
+    lambda: gamma((1,), (1.0,), "isotropic"),
+    lambda: gamma((1, 2), (1.0,), "mixed"),
+    lambda: a_dagger((1.0, -1.0), "mixed"),
+    lambda: G_count((0.0,), "mixed", 2),
+    lambda: estimation_rate(1, 1.0, 1.0),
+    lambda: attention_error_bound(0, 1, 1.0),
+    lambda: chi_for(3, 1, 0.0),
+    lambda: greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(1, 3), 0, steps=4),
+    lambda: global_greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(2, 1, 3), [0, 0], steps=4),
+    lambda: codes(5, 3, "onehot"),
+])
+def test_bad_input_raises_value_error(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+# --- mutations: the relevant claims must fail --------------------------------------------------------
+def _selection_setup():
+    V, channels, importance = 3, [[1], [1], [1]], {(0, 0): 1.0}
+    N = 21
+    model = build_selector(importance, channels, 2, V, 1.0 / (N - 1))
+    X = rand(3, 2, N)
+    X[:, 0] = permuted_grid(3, N)
+    return model, importance, channels, V, X
+
+
+def test_mutation_skip_one_selection_layer():
+    model, importance, channels, V, X = _selection_setup()
+    with perturb(scale=0.0, names=["g3"]):
+        with pytest.raises(cl.ClaimError):
+            check_selection(cl.Claims("t"), model, importance, channels, V, X, 1e-9)
+
+
+def test_mutation_drop_code_penalty():
+    model, importance, channels, V, X = _selection_setup()
+    mutant = copy.deepcopy(model)
+    for name in ("g2", "g3", "g4"):
+        layer = mutant.layer(name)
+        with torch.no_grad():
+            layer.W_Q[:, 1:] = 0.0  # the −χκ w rows
+    with pytest.raises(cl.ClaimError):
+        check_selection(cl.Claims("t"), mutant, importance, channels, V, X, 1e-9)
+
+
+def test_mutation_perturbed_phi_and_core():
+    model = build_extractor(OFFSETS, 3, 5)
+    X = rand(2, 3, 33)
+    mutant = copy.deepcopy(model)
+    mutant._pe.phi *= 1 + 1e-3
+    with pytest.raises(cl.ClaimError):
+        check_equivariance(cl.Claims("t"), mutant, X, range(1, 4))
+    chi = chi_for(5, 4, 1e-9)
+    with perturb(scale=1 + 1e-3):
+        with pytest.raises(cl.ClaimError):
+            check_extraction(cl.Claims("t"), model, OFFSETS, X, chi)
+
+
+def test_selection_reference_ranks():
+    X = torch.zeros(1, 1, 5, dtype=torch.float64)
+    X[0, 0] = torch.tensor([0.1, 0.9, 0.5, 0.3, 0.7], dtype=torch.float64)
+    feats, chosen = selection_reference({(0, 0): 1.0}, [[0], [0]], 1, X)
+    assert chosen[0, :, 0].tolist() == [1, -1]  # window of 0: positions 4, 0, 1 -> 0.7, 0.1, 0.9
+    assert feats[0, :, 0].tolist() == [0.9, 0.7]
+    assert torch.equal(shift(X, 1)[0, 0], torch.tensor([0.9, 0.5, 0.3, 0.7, 0.1], dtype=torch.float64))

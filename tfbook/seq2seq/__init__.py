@@ -1,0 +1,50 @@
+"""Paper 003 (Takakura & Suzuki, ICML 2023): transformers for shift-equivariant maps of infinite sequences.
+
+Public API (see the chapter book/seq2seq):
+
+* smoothness and rates: `shift`, `psi`, `frequency_block`, `gamma`, `a_dagger`, `blocks_below`,
+  `block_frequencies`, `G_count`, `important_coords`, `unit_ball_coeffs`, `trig_eval`,
+  `estimation_rate`; codes: `codes`, `coherence`, `lemma_c3_dim`;
+* constructions: `build_extractor` (Thm 4.2, App. E), `build_approximator` (Thm 4.2 with an explicit
+  ReLU FNN), `build_selector` (Thm 4.5, App. F), `attention_error_bound`, `chi_for`, `pe_angle`;
+* the paper's definition run on paper-form weights: `paper_forward`, and ground truths
+  `extract_reference`, `selection_reference`, `importance_values`;
+* Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `TinyViT`.
+"""
+import torch
+from torch import nn
+
+from tfbook import bench
+from tfbook.seq2seq.masking import TinyViT, global_greedy_mask, greedy_mask, jaccard, train_classifier
+from tfbook.seq2seq.models import (PaperSizes, Seq2SeqTransformer, attention_error_bound, build_approximator,
+                                   build_extractor, build_selector, chi_for, pe_angle)
+from tfbook.seq2seq.reference import extract_reference, importance_values, paper_forward, selection_reference
+from tfbook.seq2seq.smoothness import (G_count, a_dagger, block_frequencies, blocks_below, codes, coherence,
+                                       estimation_rate, frequency_block, gamma, important_coords, lemma_c3_dim,
+                                       psi, shift, trig_eval, unit_ball_coeffs)
+
+__all__ = ["G_count", "PaperSizes", "Seq2SeqTransformer", "TinyViT", "a_dagger", "attention_error_bound",
+           "block_frequencies", "blocks_below", "build_approximator", "build_extractor", "build_selector", "chi_for",
+           "codes", "coherence", "estimation_rate", "extract_reference", "frequency_block", "gamma",
+           "global_greedy_mask", "greedy_mask", "important_coords", "importance_values", "jaccard", "lemma_c3_dim",
+           "paper_forward", "pe_angle", "psi", "selection_reference", "shift", "train_classifier", "trig_eval",
+           "unit_ball_coeffs"]
+
+
+def _bench_extractor(device: torch.device):
+    model = build_extractor([(0, -300), (0, 0), (1, 150), (1, 299)], 2, 300)
+    model = model if device.type == "cpu" else nn.Module.to(model, device)
+    X = torch.rand(2, 2, 2 * 601, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
+    return model, X
+
+
+def _bench_selector(device: torch.device):
+    V, N = 8, 51 * 3
+    model = build_selector({(0, 0): 1.0, (0, 1): 0.25}, [[1], [1], [1], [1]], 2, V, gap=1.0 / (4 * N))
+    model = model if device.type == "cpu" else nn.Module.to(model, device)
+    X = torch.rand(8, 2, N, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
+    return model, X
+
+
+bench.register("seq2seq.extractor(U=300)", _bench_extractor, lambda s: s[0](s[1]), "tokens", 2 * 2 * 601)
+bench.register("seq2seq.selector(V=8, r=4)", _bench_selector, lambda s: s[0](s[1]), "tokens", 8 * 153)

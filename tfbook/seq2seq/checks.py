@@ -1,0 +1,79 @@
+"""Measured checks of the chapter's constructions, recorded as `tfbook.claims` claims.
+
+Each function measures on the built model (never restates a formula) and records one claim, so
+the notebooks and the mutation tests share them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from tfbook.claims import Claims
+from tfbook.seq2seq.models import Seq2SeqTransformer, attention_error_bound, pe_angle
+from tfbook.seq2seq.reference import extract_reference, paper_forward, selection_reference
+from tfbook.seq2seq.smoothness import shift
+
+
+def extraction_error(model: Seq2SeqTransformer, offsets, X: torch.Tensor, boundary: str = "circular") -> float:
+    """max |model(X) − Γ∘Σ_i X| over every output, position and input."""
+    return float((model(X, boundary=boundary) - extract_reference(X, offsets, boundary)).abs().max())
+
+
+def check_extraction(claims: Claims, model: Seq2SeqTransformer, offsets, X: torch.Tensor, chi: float,
+                     boundary: str = "circular") -> float:
+    """Thm 4.2 (App. E): each extracted feature is within the Lemma C.1 bound of one head."""
+    U = model.sizes().U[0]
+    err = extraction_error(model, offsets, X, boundary)
+    claims.check("Thm 4.2 / Lemma C.1", f"max |feature − X[c, i+j]|, U = {U}, χ = {chi:.4g}, {boundary}",
+                 err, attention_error_bound(U, 1, chi))
+    return err
+
+
+def check_equivariance(claims: Claims, model: Seq2SeqTransformer, X: torch.Tensor, shifts: Sequence[int]) -> float:
+    """F(Σ_j X) = Σ_j F(X) for every shift j (circular boundary), to rounding."""
+    base = model(X)
+    dev = max(float((model(shift(X, j)) - shift(base, j)).abs().max()) for j in shifts)
+    claims.check("Thm 4.2 (shift-equivariance)", f"max |F(Σ_j X) − Σ_j F(X)| over {len(shifts)} shifts",
+                 dev, 1e-12, roundoff=True)
+    return dev
+
+
+def check_matches_paper(claims: Claims, model: Seq2SeqTransformer, X: torch.Tensor, boundary: str = "circular") -> float:
+    """The core-layer model equals the paper's definition run on its paper-form weights."""
+    dev = float((model(X, boundary=boundary) - paper_forward(model.paper_weights(), X, boundary)).abs().max())
+    claims.check("Section 3 (model class T)", f"max |model − paper's definition|, {boundary}", dev, 1e-9,
+                 roundoff=True)
+    return dev
+
+
+def selection_accuracy(model: Seq2SeqTransformer, importance: dict, channels, V: int, X: torch.Tensor):
+    """(fraction of (input, position, rank) whose top attention is the rank-m token, max feature error)."""
+    feats, chosen = selection_reference(importance, channels, V, X)
+    trace = model.run_trace(X)
+    N = X.shape[-1]
+    hits = []
+    for m in range(len(channels)):
+        A = trace.attention[f"g{m + 2}"][:, 0]  # (B, N, N)
+        want = torch.remainder(torch.arange(N)[None, :] + chosen[:, m], N)  # (B, N)
+        hits.append(A.argmax(-1) == want)
+    correct = float(torch.stack(hits).double().mean())
+    err = float((model(X) - feats).abs().max()) if feats.numel() else 0.0
+    return correct, err
+
+
+def check_selection(claims: Claims, model: Seq2SeqTransformer, importance: dict, channels, V: int,
+                    X: torch.Tensor, eps: float) -> tuple[float, float]:
+    """Thm 4.5 (App. F): every selection layer attends to the token of its rank; features within eps."""
+    correct, err = selection_accuracy(model, importance, channels, V, X)
+    n = X.shape[0] * X.shape[-1] * len(channels)
+    claims.check("Thm 4.5 (App. F)", f"fraction of {n} (input, position, rank) selected correctly", correct, 1.0,
+                 ">=")
+    claims.check("Thm 4.5 (App. F)", "max |features − Γ∘Π∘Σ_i X|", err, eps)
+    return correct, err
+
+
+def score_gap_ratio(U: int, variant: str) -> float:
+    """U² (1 − cos φ): the score gap of a rotation head in units of χ/U²."""
+    return U * U * (1 - math.cos(pe_angle(U, variant)))

@@ -1,0 +1,105 @@
+"""The paper's definition of the model class T (Section 3), run naively on paper-form weights.
+
+`paper_forward(weights, X, boundary)` is what every construction of this chapter is checked
+against; it uses no core layer. ``weights = {"E", "pe", "layers"}`` as returned by
+``model.paper_weights()``:
+
+    Z = E X + P,   z_i <- z_i + Σ_h V_h Z[i−U:i+U] softmax((K_h Z[i−U:i+U])ᵀ Q_h z_i),
+    Z <- A_L η(... η(A_1 Z + b_1) ...) + b_L   (column-wise, no skip connection).
+
+``boundary="circular"``: X is one period of a periodic sequence; ``"zero"``: X continued by zero
+tokens on both sides (enough of them that no output depends on where the padding stops).
+Also here: the ground truths Γ∘Σ_i X (fixed offsets) and Γ∘Π∘Σ_i X (sorted by importance).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from tfbook.device import DTYPE
+
+
+def _dense(A) -> torch.Tensor:
+    return A.to_dense() if A.is_sparse else A
+
+
+def paper_forward(weights: dict, X: torch.Tensor, boundary: str = "circular") -> torch.Tensor:
+    """(batch, out, N) outputs of the paper's model on (batch, d, N) inputs."""
+    X = X.to(DTYPE)
+    B, d, N = X.shape
+    P = sum(layer["U"] for layer in weights["layers"]) if boundary == "zero" else 0
+    if P:
+        X = torch.cat([X.new_zeros(B, d, P), X, X.new_zeros(B, d, P)], dim=-1)
+    n = X.shape[-1]
+    positions = torch.arange(-P, N + P)
+    Z = weights["E"].to(DTYPE) @ X + weights["pe"](positions).to(DTYPE)  # (B, D, n)
+    for layer in weights["layers"]:
+        U = layer["U"]
+        offsets = torch.arange(-U, U + 1)
+        idx = torch.arange(n)[:, None] + offsets[None, :]  # (n, 2U+1) key positions of each query
+        present = torch.ones_like(idx, dtype=torch.bool)
+        if boundary == "circular":
+            idx = torch.remainder(idx, n)
+        else:
+            present = (idx >= 0) & (idx < n)
+            idx = idx.clamp(0, n - 1)
+        update = torch.zeros_like(Z)
+        for K, Q, V in layer["heads"]:
+            keys = (K.to(DTYPE) @ Z)[:, :, idx]  # (B, D', n, 2U+1)
+            q = Q.to(DTYPE) @ Z  # (B, D', n)
+            s = (keys * q[:, :, :, None]).sum(1)  # (B, n, 2U+1)
+            s = s.masked_fill(~present, float("-inf"))
+            a = torch.softmax(s, dim=-1)
+            values = (V.to(DTYPE) @ Z)[:, :, idx]  # (B, D, n, 2U+1)
+            update = update + (values * a[:, None]).sum(-1)
+        Z = Z + update
+        ffn = layer["ffn"]
+        for ell, (A, b) in enumerate(ffn):
+            Z = torch.einsum("od,bdn->bon", _dense(A).to(DTYPE), Z) + b.to(DTYPE)[None, :, None]
+            if ell < len(ffn) - 1:
+                Z = torch.relu(Z)
+    return Z[..., P:P + N] if P else Z
+
+
+def extract_reference(X: torch.Tensor, offsets: Sequence[tuple[int, int]], boundary: str = "circular") -> torch.Tensor:
+    """Γ∘Σ_i X: (batch, H, N) with entry [h, i] = X[c_h, i + j_h] (zero outside the sequence if boundary="zero")."""
+    B, d, N = X.shape
+    out = torch.zeros(B, len(offsets), N, dtype=X.dtype)
+    i = torch.arange(N)
+    for h, (c, o) in enumerate(offsets):
+        j = i + o
+        if boundary == "circular":
+            out[:, h] = X[:, c, torch.remainder(j, N)]
+        else:
+            ok = (j >= 0) & (j < N)
+            out[:, h, ok] = X[:, c, j[ok]]
+    return out
+
+
+def importance_values(importance: dict, X: torch.Tensor) -> torch.Tensor:
+    """μ_i(X) = w_() + Σ w_{c,o} X[c, i+o] on one period (batch, N)."""
+    mu = torch.full((X.shape[0], X.shape[-1]), float(importance.get((), 0.0)), dtype=X.dtype)
+    for key, w in importance.items():
+        if key != ():
+            c, o = key
+            mu = mu + float(w) * torch.roll(X[:, c], shifts=-o, dims=-1)
+    return mu
+
+
+def selection_reference(importance: dict, channels: Sequence[Sequence[int]], V: int,
+                        X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Γ∘Π∘Σ_i X on one period: features (batch, out, N) in rank order and the selected offsets (batch, r_max, N)."""
+    B, d, N = X.shape
+    mu = importance_values(importance, X)  # (B, N)
+    offsets = torch.arange(-V, V + 1)
+    window = torch.remainder(torch.arange(N)[:, None] + offsets[None, :], N)  # (N, 2V+1)
+    order = torch.argsort(mu[:, window], dim=-1, descending=True, stable=True)  # (B, N, 2V+1)
+    chosen = offsets[order[..., : len(channels)]].permute(0, 2, 1)  # (B, r_max, N)
+    feats = []
+    for m, chans in enumerate(channels):
+        pos = torch.remainder(torch.arange(N)[None, :] + chosen[:, m], N)  # (B, N)
+        for c in chans:
+            feats.append(torch.gather(X[:, c], 1, pos))
+    out = torch.stack(feats, 1) if feats else X.new_zeros(B, 0, N)
+    return out, chosen
