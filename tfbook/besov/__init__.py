@@ -24,13 +24,13 @@ from tfbook.besov.grids import (aniso_interpolant, levels, quantize, sparse_inte
 from tfbook.besov.rates import (D, balance_fit, delta, eta, nu, num_atoms, paper_balance_power, risk_exponents,
                                 smoothness, token_count)
 from tfbook.besov.references import bspline, check_atoms, expansion
-from tfbook.besov.transformer import (BesovTransformer, atom_width, build_transformer, error_bound, leak, partner,
+from tfbook.besov.transformer import (BesovTransformer, atom_width, build_transformer, error_bound, fnn_baseline, leak, partner,
                                       paper_width, random_atoms, rounds, support_samples, transformer_sizes)
 
 __all__ = [
     "BSplineNet", "BesovTransformer", "D", "ProductNet", "aniso_interpolant", "atom_width", "balance_fit",
     "bspline", "bspline_net", "bspline_net_error", "build_transformer", "check_atoms", "delta", "error_bound",
-    "eta", "expansion", "leak", "levels", "nu", "num_atoms", "paper_balance_power", "paper_width", "partner",
+    "eta", "expansion", "fnn_baseline", "leak", "levels", "nu", "num_atoms", "paper_balance_power", "paper_width", "partner",
     "product_error_range", "product_net", "product_reference", "quantize", "random_atoms", "risk_exponents",
     "rounds", "smoothness", "sparse_interpolant", "spline_factor_constant", "support_samples", "token_count",
     "token_mask", "transformer_sizes", "weierstrass", "yarotsky",

@@ -210,3 +210,30 @@ def support_samples(k, j, m: int, per_atom: int, seed: int = 0) -> torch.Tensor:
     hi = ((j + m + 1).to(DTYPE) / 2.0**k).clamp(0, 1)
     r = torch.rand((per_atom,) + tuple(k.shape), generator=gen, dtype=DTYPE)
     return (lo + r * (hi - lo)).reshape(-1, k.shape[1], k.shape[2])
+
+
+def fnn_baseline(k, j, coeffs, m: int, m_q: int):
+    """The same expansion by a ReLU network on the flattened input R^{dl} (one token, no sharing):
+    every atom needs l d spline factors instead of d, so the width grows linearly in l."""
+    from tfbook.besov.gadgets import SlotNet
+
+    m, m_q = order("m", m), order("m_q", m_q)
+    k, j, c = check_atoms(k, j, coeffs, m)
+    N, l, d = k.shape
+    st = Stream()
+    x = st.alloc("x", (l * d,))
+    U = st.alloc("u", (N, l * d))
+    slots = {name: st.alloc(name, shape) for name, shape in spline_scratch((N,), m, l * d).items()}
+    saw = st.alloc("saw", (N, num_saw(m, l * d), 3))
+    out = st.alloc("out", (1,))
+    D = st.dim
+    prog: list = []
+    feat = FFLayer(D)  # u = 2^k x - j with x >= 0: relu(x) carries x, a constant unit relu(1) carries -j
+    feat.units([(x, 1.0)], [(U.T, (2.0 ** k.numpy()).reshape(N, l * d).T)])
+    feat.units([], [(U.reshape(1, -1), -j.numpy().astype(float).reshape(1, -1))], bias=1.0, shape=(1,))
+    prog.append(("feat", feat))
+    A = emit_spline(prog, D, U, slots, saw, m, m_q)
+    head = FFLayer(D)
+    head.units([(A, 1.0)], [(np.full(N, out[0]), c.numpy())])
+    prog.append(("head", head))
+    return SlotNet(st.layout, [(name, layer.build(name)) for name, layer in prog], x, int(out[0]))
