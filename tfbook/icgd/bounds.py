@@ -40,10 +40,11 @@ class Constants:
 def table_errors(act: str, loss: str, R: float, r_hat: ReluSum, dr_hat: ReluSum, u_hat, R_u: float):
     """eps_r, eps_r', eps_l: sup errors of the tables on their ranges (0 for exact tables)."""
     a = activation(act)
+    fine = 200001
+    eps_l = 0.0 if u_hat is None else sup_error(torch.tanh, u_hat, R_u, points=fine)
     if act == "relu":
-        return 0.0, 0.0, 0.0 if u_hat is None else sup_error(torch.tanh, u_hat, R_u)
-    eps_l = 0.0 if u_hat is None else sup_error(torch.tanh, u_hat, R_u)
-    return sup_error(a.r, r_hat, R), sup_error(a.dr, dr_hat, R), eps_l
+        return 0.0, 0.0, eps_l
+    return sup_error(a.r, r_hat, R, points=fine), sup_error(a.dr, dr_hat, R, points=fine), eps_l
 
 
 def constants(model, ws: torch.Tensor, X: torch.Tensor, Y: torch.Tensor) -> Constants:
@@ -122,3 +123,15 @@ def corollary(eps: float, L_f: float, eta: float, l: int) -> float:
 def corollary_printed(eps: float, L_f: float, n: int, l: int) -> float:
     """Corollary 1.1 as printed: e_l <= L_f^{-1} (1 + n L_f)^l eps."""
     return (1 + n * L_f) ** l * eps / L_f
+
+
+def paper_sizes(dx: int, dy: int, K: int, N: int, L: int, terms_r: int, terms_dr: int):
+    """Theorem 1's sizes from its formulas (heads per layer from the recipe of Lemmas 2-5 and D.16)."""
+    from tfbook.model import Sizes
+
+    D_N = (dx + dy) * K + (N - 2) * K ** 2
+    width_all = (N - 1) * K + dy
+    D = dx + 2 * dy + D_N + 3 * width_all + 2
+    heads = [K * terms_r, dy * terms_r, width_all * terms_dr, 2 * width_all, K, dy]
+    return Sizes(layers=(2 * N + 4) * L, attention_layers=(N + 2) * L, ewml_layers=N * L, ff_layers=2 * L,
+                 max_heads=max(heads), embed_dim=D, ff_width=2 * (D - dx - dy - 2))

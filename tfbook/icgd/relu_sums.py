@@ -55,7 +55,10 @@ class ReluSum:
 def _unit_term(slope: float, knot: float) -> tuple[list[float], float]:
     """``slope * relu(t - knot)`` written as ``c relu(a . [t; 1])`` with ``||a||_1 = 1``."""
     scale = 1.0 + abs(knot)
-    return [1.0 / scale, -knot / scale], slope * scale
+    a0, a1 = 1.0 / scale, -knot / scale
+    if a0 + abs(a1) > 1.0:  # rounding: shrink a by one part in 2^50, keep the product with c
+        a0, a1, scale = a0 * (1 - 2.0 ** -50), a1 * (1 - 2.0 ** -50), scale / (1 - 2.0 ** -50)
+    return [a0, a1], slope * scale
 
 
 def interpolant(g: Callable[[torch.Tensor], torch.Tensor], R: float, M: int) -> ReluSum:
