@@ -267,10 +267,10 @@ def _rotation_heads(pairs, D: int, cos_at: int, phi: float, chi: float, slot_at:
     return heads
 
 
-def _extraction_model(pairs, d: int, U: int, chi: float, ffn_maps) -> Seq2SeqTransformer:
+def _extraction_model(pairs, d: int, U: int, chi: float, ffn_maps, phi: float) -> Seq2SeqTransformer:
     H = len(pairs)
     layout = Layout([("x", d), ("feat", H), ("pe", 2)])
-    D, phi = layout.dim, pe_angle(U)
+    D = layout.dim
     E = torch.zeros(D, d, dtype=DTYPE)
     E[:d] = torch.eye(d, dtype=DTYPE)
     pe = PositionalEncoding(D, d + H, phi)
@@ -282,23 +282,34 @@ def _readout(H: int, D: int, start: int) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(H), (np.arange(H), start + np.arange(H))), shape=(H, D))
 
 
-def build_extractor(offsets, d: int, U: int, chi: Optional[float] = None) -> Seq2SeqTransformer:
-    """Theorem 4.2's attention layer: output h at position i ≈ X[c_h, i + j_h]; D = d + H + 2, one layer."""
+def build_extractor(offsets, d: int, U: int, chi: Optional[float] = None, *,
+                    variant: str = "proof") -> Seq2SeqTransformer:
+    """Theorem 4.2's attention layer: output h at position i ≈ X[c_h, i + j_h]; D = d + H + 2, one layer.
+
+    ``variant="statement"`` uses the angle φ = 1/(2U+1) printed in the theorem instead of the proof's
+    2π/(2U+1) (its PE has no integer period, so only the zero boundary applies; period is then 2U+1
+    by convention).
+    """
     d, U = validate.positive_int("d", d), validate.positive_int("U", U)
     pairs = _check_offsets(offsets, d, U, "offsets")
     H = len(pairs)
     chi = chi_for(U, H, 1e-9) if chi is None else validate.real("chi", chi, low=0, low_open=True)
     maps = [(_readout(H, d + H + 2, d), np.zeros(H))]
-    return _extraction_model(pairs, d, U, chi, maps)
+    return _extraction_model(pairs, d, U, chi, maps, pe_angle(U, variant))
 
 
-def _trig_maps_for(coeffs, H: int, d: int, budget: float):
-    """The cheapest (m, J) whose a-priori FFN bound is <= budget; returns (maps, bound)."""
+def trig_network(coeffs: dict, K: int, tol: float, pre: Optional[sp.spmatrix] = None):
+    """ReLU maps for Σ_r coeffs[r] Π_k ψ_{r_k}(x_k) on [0, 1]^K with a-priori sup error <= tol: (maps, bound).
+
+    The cheapest Yarotsky level m (and Taylor degree for 4^-m) whose bound passes; ``pre`` is a read-out
+    merged into A_1.
+    """
+    tol = validate.real("tol", tol, low=0, low_open=True)
     scale = sum(abs(c) * math.sqrt(2.0) ** sum(r != 0 for r in key) for key, c in coeffs.items()) + 1.0
-    m = max(1, math.floor(math.log(scale / budget, 4)))
+    m = max(1, math.floor(math.log(scale / tol, 4)))
     while True:
-        maps, bound = relu.trig_poly_maps(coeffs, H, m, relu.taylor_terms(4.0**-m), pre=_readout(H, d + H + 2, d))
-        if bound <= budget:
+        maps, bound = relu.trig_poly_maps(coeffs, K, m, relu.taylor_terms(4.0**-m), pre=pre)
+        if bound <= tol:
             return maps, bound
         m += 1
 
@@ -322,11 +333,11 @@ def build_approximator(coords, coeffs: dict, d: int, U: int, tol: float) -> Seq2
         clean[tuple(int(r) for r in key)] = validate.real("coeffs value", c)
     if not clean:
         raise ValueError("coeffs must contain at least one frequency tuple")
-    maps, _ = _trig_maps_for(clean, H, d, tol / 2)
+    maps, _ = trig_network(clean, H, tol / 2, pre=_readout(H, d + H + 2, d))
     log_lip = sum(math.log(max(float(abs(A).sum(1).max()), 1e-300)) for A, _ in maps)
     phi = pe_angle(U)
     chi = (math.log(4 * H * (2 * U + 1) / tol) + max(log_lip, 0.0)) / (1 - math.cos(phi))
-    return _extraction_model(pairs, d, U, chi, maps)
+    return _extraction_model(pairs, d, U, chi, maps, phi)
 
 
 # --- Theorem 4.5: dynamic token selection ----------------------------------------------------------

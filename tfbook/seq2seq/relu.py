@@ -212,14 +212,21 @@ class TrigFeatures:
     def __init__(self, circuit: Circuit, m: int, J: int):
         self.c, self.m, self.J = circuit, m, J
         self._memo: dict[tuple[int, int], tuple[Approx, Approx]] = {}
+        self._bits: dict[tuple[int, int], tuple[Approx, Approx]] = {}
+
+    def bit(self, k: int, b: int) -> tuple[Approx, Approx]:
+        """cos and sin of 2π 2^b x_k."""
+        if (k, b) not in self._bits:
+            x = self.c.input(k)
+            self._bits[(k, b)] = (cos_of_sawtooth(sawtooth(x, b), self.m, self.J),
+                                  cos_of_sawtooth(sawtooth(x, b, 2.0 ** (-b - 2)), self.m, self.J))
+        return self._bits[(k, b)]
 
     def pair(self, k: int, n: int) -> tuple[Approx, Approx]:
         if (k, n) in self._memo:
             return self._memo[(k, n)]
         top = n.bit_length() - 1
-        x = self.c.input(k)
-        cb = cos_of_sawtooth(sawtooth(x, top), self.m, self.J)
-        sb = cos_of_sawtooth(sawtooth(x, top, 2.0 ** (-top - 2)), self.m, self.J)
+        cb, sb = self.bit(k, top)
         rest = n - 2**top
         if rest == 0:
             out = (cb, sb)
