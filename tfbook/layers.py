@@ -35,7 +35,7 @@ from tfbook.device import DTYPE
 NORMALIZATIONS = ("softmax", "relu", "hard", "linear")
 BOUNDARIES = ("masked", "circular")
 KINDS = ("attn", "xattn", "ewml", "mlp")
-CHUNK_ELEMENTS = 2**22  # score entries (batch x heads x queries x keys) computed at once
+CHUNK_ELEMENTS = 2**20  # score entries (batch x heads x queries x keys) computed at once
 
 
 def _as_tensor(x, name: str, ndim: int) -> torch.Tensor:
@@ -211,10 +211,20 @@ class HeadView:
 
 
 def _project(X: torch.Tensor, W: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
-    """X (B, n, Din), W (h, m, Din), b (h, m) -> (B, h, n, m), as one matrix product."""
+    """X (B, n, Din), W (h, m, Din), b (h, m) -> (B, h, m, n), as one matrix product over all tokens."""
     h, m, d_in = W.shape
-    Y = (X @ W.reshape(h * m, d_in).T).reshape(*X.shape[:-1], h, m).transpose(-3, -2)  # (B, h, n, m)
-    return Y if b is None else Y + b[:, None, :]
+    B, n = X.shape[0], X.shape[1]
+    Y = (W.reshape(h * m, d_in) @ X.reshape(B * n, d_in).T).reshape(h, m, B, n)  # (h, m, B, n)
+    Y = Y if b is None else Y + b[:, :, None, None]
+    return Y.permute(2, 0, 1, 3)  # (B, h, m, n), a view
+
+
+def _write_out(W_O: torch.Tensor, O: torch.Tensor) -> torch.Tensor:
+    """W_O (h, D, m_v) applied to head outputs O (B, h, m_v, n) and summed over heads -> (B, n, D)."""
+    h, D, m_v = W_O.shape
+    B, n = O.shape[0], O.shape[-1]
+    O = O.permute(1, 2, 0, 3).reshape(h * m_v, B * n)  # (h * m_v, B * n)
+    return (W_O.permute(1, 0, 2).reshape(D, h * m_v) @ O).reshape(D, B, n).permute(1, 2, 0)  # (B, n, D)
 
 
 class _StackedLayer(nn.Module):
@@ -386,10 +396,13 @@ class Attention(_StackedLayer):
             raise ValueError(f"memory must have shape ({H.shape[0]}, m, {self.D_kv}), got {tuple(memory.shape)}")
         return memory
 
-    def _scores(self, Q: torch.Tensor, K: torch.Tensor, sl: slice) -> torch.Tensor:
-        S = Q @ K.transpose(-1, -2)  # (B, hc, n, m)
+    def _scores(self, Qt: torch.Tensor, Kt: torch.Tensor, sl: slice) -> torch.Tensor:
+        """Qt (B, hc, m_qk, n), Kt (B, hc, m_qk, m) -> scores (B, hc, n, m[+1]), null key first."""
+        Q = Qt.transpose(-1, -2)  # (B, hc, n, m_qk)
+        # one-dimensional heads: an outer product, much faster than a batched matmul with inner size 1
+        S = Q * Kt if Qt.shape[-2] == 1 else Q @ Kt  # (B, hc, n, m)
         if self.null_key is not None:
-            s0 = (Q * self.null_key[sl, None, :]).sum(-1, keepdim=True)  # (B, hc, n, 1)
+            s0 = (Qt * self.null_key[sl, :, None]).sum(-2)[..., None]  # (B, hc, n, 1)
             S = torch.cat([s0, S], dim=-1)
         return S
 
@@ -405,11 +418,11 @@ class Attention(_StackedLayer):
             total = E.sum(-1, keepdim=True)
             return E / torch.where(total > 0, total, torch.ones_like(total))
         if self.normalization == "relu":
-            A = torch.relu(S) if C is None else torch.relu(S) * C
+            A = S.relu_() if C is None else S.relu_().mul_(C)  # S is a fresh tensor: in place
             if self.relu_divisor != "keys":
-                return A / self.relu_divisor
+                return A.div_(self.relu_divisor)
             if C is None:
-                return A / S.shape[-1]
+                return A.div_(S.shape[-1])
             count = C.sum(-1, keepdim=True)
             return A / torch.where(count > 0, count, torch.ones_like(count))
         if self.normalization == "linear":
@@ -453,21 +466,21 @@ class Attention(_StackedLayer):
                 key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         X, C, B, n, m = self._weights_and_values(H, memory, key_mask)
         factors = _head_scale(self, self.num_heads, H.device) if _ACTIVE else None
-        m_v = self.W_V.shape[1]
-        update = torch.zeros(B, n, self.D, dtype=H.dtype, device=H.device)
+        h, m_v = self.num_heads, self.W_V.shape[1]
+        Qt = _project(H, self.W_Q, self.b_Q)  # (B, h, m_qk, n)
+        Kt = _project(X, self.W_K, self.b_K)  # (B, h, m_qk, m)
+        Vt = _project(X, self.W_V, self.b_V)  # (B, h, m_v, m)
+        if self.null_key is not None:
+            Vt = torch.cat([self.null_value[None, :, :, None].expand(B, -1, -1, 1), Vt], dim=-1)  # (B, h, m_v, 1+m)
+        chunks = []
         for sl in self._chunks(B, n, m + (self.null_key is not None)):
-            Q = _project(H, self.W_Q[sl], None if self.b_Q is None else self.b_Q[sl])  # (B, hc, n, m_qk)
-            K = _project(X, self.W_K[sl], None if self.b_K is None else self.b_K[sl])  # (B, hc, m, m_qk)
-            V = _project(X, self.W_V[sl], None if self.b_V is None else self.b_V[sl])  # (B, hc, m, m_v)
-            A = self._normalize(self._scores(Q, K, sl), C)  # (B, hc, n, m[+1])
-            if self.null_key is not None:
-                V = torch.cat([self.null_value[sl, None, :].expand(B, -1, 1, -1), V], dim=2)
-            O = A @ V  # (B, hc, n, m_v)
-            if factors is not None:
-                O = O * factors[sl, None, None]
-            hc = O.shape[1]
-            W_O = self.W_O[sl].permute(1, 0, 2).reshape(self.D, hc * m_v)  # (D, hc * m_v)
-            update = update + O.transpose(1, 2).reshape(B, n, hc * m_v) @ W_O.T  # (B, n, D)
+            # contiguous (small) chunk inputs keep the large score tensor in the standard layout
+            S = self._scores(Qt[:, sl].contiguous(), Kt[:, sl].contiguous(), sl)  # (B, hc, n, m[+1])
+            chunks.append(Vt[:, sl].contiguous() @ self._normalize(S, C).transpose(-1, -2))  # (B, hc, m_v, n)
+        O = torch.cat(chunks, dim=1)  # (B, h, m_v, n)
+        if factors is not None:
+            O = O * factors[:, None, None]
+        update = _write_out(self.W_O, O)  # (B, n, D)
         if _ACTIVE:
             update = _perturb_update(self, update)
         return H + update
@@ -492,20 +505,17 @@ class ElementwiseMultiplication(_StackedLayer):
 
     def gates(self, H: torch.Tensor) -> torch.Tensor:
         """(B, h, n) bilinear gates <Q_m h_i, K_m h_i>."""
-        return (_project(H, self.W_Q, self.b_Q) * _project(H, self.W_K, self.b_K)).sum(-1)
+        return (_project(H, self.W_Q, self.b_Q) * _project(H, self.W_K, self.b_K)).sum(-2)
 
     def forward(self, H: torch.Tensor) -> torch.Tensor:
         if H.ndim != 3 or H.shape[-1] != self.D:
             raise ValueError(f"H must have shape (batch, n, {self.D}), got {tuple(H.shape)}")
-        B, n = H.shape[:2]
-        h, m_v = self.num_heads, self.W_V.shape[1]
-        O = self.gates(H)[..., None] * _project(H, self.W_V, self.b_V)  # (B, h, n, m_v)
+        O = self.gates(H)[:, :, None, :] * _project(H, self.W_V, self.b_V)  # (B, h, m_v, n)
         if _ACTIVE:
-            factors = _head_scale(self, h, H.device)
+            factors = _head_scale(self, self.num_heads, H.device)
             if factors is not None:
                 O = O * factors[:, None, None]
-        W_O = self.W_O.permute(1, 0, 2).reshape(self.D, h * m_v)  # (D, h * m_v)
-        update = O.transpose(1, 2).reshape(B, n, h * m_v) @ W_O.T  # (B, n, D)
+        update = _write_out(self.W_O, O)  # (B, n, D)
         if _ACTIVE:
             update = _perturb_update(self, update)
         return H + update
