@@ -14,7 +14,7 @@ NBVAL := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile --nbv
 # Other BLAS/kernel code paths, the way another CPU would take them (see README: test-portable).
 PORTABLE := MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAPABILITY=default
 
-.PHONY: test unit nbval test-portable test-html book book-stored claims-page notebooks full full-estimate \
+.PHONY: test unit nbval test-portable test-mutation test-html book book-stored claims-page notebooks full full-estimate \
 	bench lab screenshots constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
@@ -27,7 +27,7 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 test: unit nbval
 
 unit: $(STAMP)
-	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html" --doctest-modules tests tfbook
+	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html and not mutation" --doctest-modules tests tfbook
 
 nbval: $(STAMP)
 	$(QUICK) OMP_NUM_THREADS=1 $(NBVAL) $(NOTEBOOKS)
@@ -35,6 +35,10 @@ nbval: $(STAMP)
 ## make test-portable: nbval again under other numerics (MKL compatible mode, one thread, generic kernels).
 test-portable: $(STAMP)
 	$(QUICK) $(PORTABLE) $(NBVAL) $(NOTEBOOKS)
+
+## make test-mutation: every construction notebook must fail a claim when the core is perturbed by 1e-3.
+test-mutation: $(STAMP)
+	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m mutation tests/book
 
 ## make test-html: the rendered book (after `make book-stored`): no reprs, no long lines, images, titles, TOC.
 test-html: $(STAMP)

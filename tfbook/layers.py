@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import os
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence, Union
 
@@ -71,6 +72,7 @@ class Perturbation:
 
 
 _ACTIVE: list[Perturbation] = []
+PERTURB_ENV = "TFBOOK_PERTURB_CORE"  # e.g. 1e-3: every core layer's update is scaled by 1 + 1e-3 in this process
 
 
 @contextlib.contextmanager
@@ -110,6 +112,21 @@ def perturb(scale: Optional[float] = None, add: Optional[float] = None, *, names
         yield p
     finally:
         _ACTIVE.remove(p)
+
+
+def _perturb_from_environment() -> None:
+    """Activate a process-wide ``perturb(scale=1 + eps)`` when ``TFBOOK_PERTURB_CORE=eps`` is set.
+
+    The mutation test of the whole book runs every construction notebook this way and expects a
+    claim to fail in each.
+    """
+    value = os.environ.get(PERTURB_ENV, "").strip()
+    if value:
+        try:
+            eps = validate.real(PERTURB_ENV, float(value))
+        except ValueError:
+            raise ValueError(f"{PERTURB_ENV} must be a finite real number such as 1e-3, got {value!r}") from None
+        _ACTIVE.append(Perturbation(1.0 + eps, None, None, None, None, None, torch.Generator().manual_seed(0)))
 
 
 def _head_scale(layer: nn.Module, num_heads: int, device) -> Optional[torch.Tensor]:
@@ -643,3 +660,6 @@ class Transformer(nn.Module):
     def num_nonzero(self) -> int:
         """Number of non-zero scalar weights."""
         return sum(int(torch.count_nonzero(p)) for p in self.parameters())
+
+
+_perturb_from_environment()
