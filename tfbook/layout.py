@@ -116,8 +116,8 @@ class FFBuilder:
     def num_units(self) -> int:
         return len(self._reads)
 
-    def build(self, min_width: int = 1) -> FeedForward:
-        """The `FeedForward` layer; padded with zero units to at least ``min_width`` hidden units."""
+    def build(self, min_width: int = 1, name: str = "") -> FeedForward:
+        """The `FeedForward` layer (named ``name``); padded with zero units to at least ``min_width`` hidden units."""
         D, m = self.layout.dim, max(self.num_units, min_width)
         W_1 = torch.zeros(m, D, dtype=DTYPE)
         W_2 = torch.zeros(D, m, dtype=DTYPE)
@@ -126,4 +126,4 @@ class FFBuilder:
             W_1[: self.num_units] = self.layout.matrix(self._reads)
             W_2[:, : self.num_units] = self.layout.matrix(self._writes).T
             b_1[: self.num_units] = torch.tensor(self._biases, dtype=DTYPE)
-        return FeedForward(W_1, b_1, W_2, self.layout.vector(self._out_bias))
+        return FeedForward(W_1, b_1, W_2, self.layout.vector(self._out_bias), name=name)
