@@ -16,9 +16,7 @@ __all__ = ["ACTIVATIONS", "LOSSES", "ICGDTransformer", "NetSpec", "ReluSum", "bu
 def _bench_build(device, N: int = 4, K: int = 8, M: int = 128, n: int = 20, L: int = 5, dx: int = 8):
     from tfbook.icgd.verify import random_prompt
 
-    model = build_transformer(dx, 1, K, N, n, L, 0.1, activation="softplus", box=1.0, M=M, R=8.0)
-    for layer in model.layers:  # per layer: Construction shadows nn.Module._apply, so model.to() is unavailable
-        layer.to(device)
+    model = build_transformer(dx, 1, K, N, n, L, 0.1, activation="softplus", box=1.0, M=M, R=8.0).to_device(device)
     X, Y, xq, w0 = (t.to(device) for t in random_prompt(model, 4, seed=0))
     return model, model.embed(X, Y, xq, w0)
 

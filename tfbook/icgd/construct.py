@@ -297,6 +297,12 @@ class ICGDTransformer(Construction):
         return sum(2 * layer.hidden_width * D if layer.kind == "mlp" else 3 * layer.num_heads * D * D
                    for layer in self.layers)
 
+    def to_device(self, device) -> "ICGDTransformer":
+        """Move every layer to ``device`` (shared block tensors move once); returns self."""
+        for layer in self.layers:
+            layer.to(device)
+        return self
+
     # prompts
     def embed(self, X, Y, x_query, w0) -> torch.Tensor:
         """Tokens [x_i; y_i; w0; 0; 1; 1] for the n' examples, then the query [x_query; 0; w0; 0; 1; 0]."""

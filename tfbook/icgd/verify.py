@@ -21,16 +21,28 @@ ROUNDOFF = 1e-10
 
 
 def random_prompt(model: ICGDTransformer, B: int = 2, n_prime: Optional[int] = None, seed: int = 0,
-                  w_scale: float = 1.0):
-    """(X, Y, x_query, w0): X, x_query uniform in [-x_bound, x_bound], Y in [-y_bound, y_bound], w0 in w_scale*box."""
-    g = torch.Generator().manual_seed(seed)
+                  w_scale: float = 1.0, live: bool = False):
+    """(X, Y, x_query, w0): X, x_query uniform in [-x_bound, x_bound], Y in [-y_bound, y_bound], w0 in w_scale*box.
+
+    ``live=True`` takes the first seed from ``seed`` on whose prompts all have a gradient with norm >= 1e-3
+    at w0 (a random ReLU network is often dead: zero output and zero gradient).
+    """
     s, n = model.spec, model.n if n_prime is None else n_prime
+    for trial in range(seed, seed + 1000):
+        g = torch.Generator().manual_seed(trial)
 
-    def u(*shape):
-        return 2 * torch.rand(*shape, generator=g, dtype=DTYPE) - 1
+        def u(*shape):
+            return 2 * torch.rand(*shape, generator=g, dtype=DTYPE) - 1
 
-    return (u(B, n, s.dx) * model.x_bound, u(B, n, s.dy) * model.y_bound, u(B, s.dx) * model.x_bound,
-            u(B, s.D_N) * model.box * w_scale)
+        prompt = (u(B, n, s.dx) * model.x_bound, u(B, n, s.dy) * model.y_bound, u(B, s.dx) * model.x_bound,
+                  u(B, s.D_N) * model.box * w_scale)
+        if not live:
+            return prompt
+        X, Y, _, w0 = prompt
+        grad = explicit_gradient(s, w0, X, Y, model.activation, model.loss).grad
+        if float(grad.norm(dim=-1).min()) >= 1e-3:
+            return prompt
+    raise ValueError(f"no live prompt found from seed {seed}")
 
 
 def reference_gd(model: ICGDTransformer, X, Y, w0, eta: Optional[float] = None, box: Optional[float] = -1.0,
