@@ -46,7 +46,8 @@ def readout_attack(model: TMTransformer, xs: Sequence[str], **run) -> tuple[torc
 
 def circuit_readout_attack(net: CircuitNetwork, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per input: the radius |F| / sqrt(g^2 + 1) of (delta W_d, delta b_d) = -F (g, 1) / (g^2 + 1), g the output gate,
-    and whether applying it to the built network flips F (to 0, counted as a flip)."""
+    and whether applying it to the built network flips F (to 0, counted as a flip). F is determined by g, so
+    inputs with equal g share one perturbation."""
     last = net.layer(net.layer_names[-1])
     H = torch.as_tensor(X, dtype=DTYPE).unsqueeze(1)
     for name, layer in net.named_layers()[:-1]:
@@ -57,12 +58,13 @@ def circuit_readout_attack(net: CircuitNetwork, X: torch.Tensor) -> tuple[torch.
     W, b = last.W_2.detach().clone(), last.b_2.detach().clone()
     flipped = torch.zeros(len(F), dtype=torch.bool)
     try:
-        for i in range(len(F)):
-            scale = float(F[i]) / (float(g[i]) ** 2 + 1)
+        for value in torch.unique(g):  # inputs with the same output gate get the same perturbation
+            rows = g == value
+            scale = float(F[rows][0]) / (float(value) ** 2 + 1)
             with torch.no_grad():
-                last.W_2.copy_(W - scale * g[i])
+                last.W_2.copy_(W - scale * value)
                 last.b_2.copy_(b - scale)
-            flipped[i] = float(net(X[i: i + 1])[0]) * float(F[i]) <= 1e-9
+            flipped[rows] = net(X[rows]) * F[rows] <= 1e-9
     finally:
         with torch.no_grad():
             last.W_2.copy_(W)
