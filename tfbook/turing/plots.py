@@ -3,23 +3,33 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import ListedColormap
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
+from tfbook import plotting
 from tfbook.turing.machine import TuringMachine
 from tfbook.turing.transformer import TMTransformer
 
 
-def spacetime(ax, tm: TuringMachine, x: str, T: int, title: str = "") -> None:
-    """Time (down) against cell (across), coloured by symbol, with the head's path."""
+def spacetime(ax, tm: TuringMachine, x: str, T: int, title: str = "", legend: bool = True) -> None:
+    """Time (down) against cell (across), one colour per symbol (the blank light grey), the head's path in black."""
     run = tm.run(x, T)
     history = tm.tape_history(x, T)
     cells = range(min(run.heads + [1]) - 1, max(run.heads + [len(x)]) + 2)
     index = {a: i for i, a in enumerate(tm.alphabet)}
+    colours = ["#eeeeee"] + [plt.get_cmap("tab10")(i) for i in range(len(tm.alphabet) - 1)]
     grid = np.array([[index[tape.get(c, tm.blank)] for c in cells] for tape in history])
-    ax.imshow(grid, aspect="auto", cmap="Pastel1", interpolation="nearest",
-              extent=(cells[0] - 0.5, cells[-1] + 0.5, T + 0.5, -0.5))
+    ax.imshow(grid, aspect="auto", cmap=ListedColormap(colours), vmin=-0.5, vmax=len(colours) - 0.5,
+              interpolation="nearest", extent=(cells[0] - 0.5, cells[-1] + 0.5, T + 0.5, -0.5))
     ax.plot(run.heads, range(T + 1), "k.-", lw=0.8, ms=3)
     ax.set(xlabel="cell", ylabel="step t", title=title or f"{x!r}")
     ax.grid(False)
+    if legend:
+        handles = [Patch(facecolor=c, edgecolor="0.5", label=f"'{a}'" if a != tm.blank else "blank")
+                   for a, c in zip(tm.alphabet, colours)]
+        handles.append(Line2D([], [], color="k", marker=".", lw=0.8, label="head"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1, 1), fontsize=9)
 
 
 def step_figure(model: TMTransformer, x: str, t: int, layer: str = "CD"):
@@ -32,7 +42,7 @@ def step_figure(model: TMTransformer, x: str, t: int, layer: str = "CD"):
     run = model.decode([x], trace)[0]
     t = min(max(t, 0), model.T)
     tape = model.tape_after(x, trace, 0, t)
-    fig, axes = plt.subplots(1, 3, figsize=(10, 2.8))
+    fig, axes = plotting.subplots(1, 3, height=2.8)
     cells = list(range(min(run.heads) - 1, max(run.heads + [len(x)]) + 2))
     axes[0].bar(cells, [1] * len(cells), color=["orange" if c == run.heads[t] else "lightgray" for c in cells])
     for c in cells:
@@ -45,5 +55,4 @@ def step_figure(model: TMTransformer, x: str, t: int, layer: str = "CD"):
         ax.bar(np.arange(len(shown)) + offset, shown, color=["C3" if v == scores.max() else "C0" for v in scores])
         kind = "self" if key.endswith(".attn") else "encoder"
         ax.set(title=f"{key.split('.')[0]} {kind}-attention scores", xlabel=label, ylabel="score")
-    fig.tight_layout()
     return fig
