@@ -1,21 +1,21 @@
 """``python -m tfbook.bench``: time the build and forward pass of each registered construction.
 
-Chapters register their heaviest constructions with `register`; the bench runs each on the
-CPU and (when present) on CUDA, and prints build time, forward time and peak memory
+Chapters register their heaviest constructions with `register` when their module is imported;
+the bench imports every module and subpackage of ``tfbook`` (so a new chapter needs no change
+here), then runs each registered construction on the CPU and (when present) on CUDA, and prints build time, forward time and peak memory
 (CUDA: allocator peak; CPU: the process's peak resident set, a coarse upper bound).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import pkgutil
 import resource
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-
-CHAPTER_MODULES = ("tfbook.foundation", "tfbook.colsym", "tfbook.turing")
 
 
 @dataclass(frozen=True)
@@ -68,18 +68,21 @@ def run_one(bench: Benchmark, device: torch.device, repeats: int = 3) -> dict[st
     return {"build_s": build_s, "forward_s": forward_s, "peak_mib": peak, "rate": rate}
 
 
+def chapter_modules() -> list[str]:
+    """Every top-level module and subpackage of ``tfbook`` (chapters register on import)."""
+    import tfbook
+
+    return sorted(f"tfbook.{m.name}" for m in pkgutil.iter_modules(tfbook.__path__) if not m.name.startswith("_"))
+
+
 def load_chapters() -> dict[str, Benchmark]:
-    """Import every chapter module so that its benchmarks register themselves; return the registry.
+    """Import every module of ``tfbook`` so that chapters' benchmarks register themselves; return the registry.
 
     Chapters register into the module ``tfbook.bench``, which is not ``__main__`` under ``python -m``,
     so the registry is read from the imported module.
     """
-    for module in CHAPTER_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+    for module in chapter_modules():
+        importlib.import_module(module)
     return importlib.import_module("tfbook.bench").REGISTRY
 
 
