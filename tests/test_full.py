@@ -42,3 +42,26 @@ def test_expected_seconds_from_metadata(tmp_path):
     assert full.expected_seconds(path, gpu=False) == 600 and full.expected_seconds(path, gpu=True) == 45
     nbformat.write(nbformat.v4.new_notebook(), path)
     assert full.expected_seconds(path, gpu=False) is None
+
+
+def test_run_one_records_failures_into_a_scratch_copy(tmp_path):
+    root = tmp_path / "repo"
+    (root / "book").mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from tfbook import claims as cl, device\n"
+        "c = cl.Claims('T')\n"
+        "c.check('Lemma 1', 'holds', 1.0, 2.0)\n"
+        "c.check('Lemma 2', 'fails, recorded', 3.0, 2.0)\n"
+        "print(device.current().name)")]
+    source = root / "book" / "n.ipynb"
+    nbformat.write(nb, source)
+    before = source.read_text()
+    result = full.run_one(source, tmp_path / "scratch", root=root)
+    assert source.read_text() == before  # the stored notebook is never written
+    assert (result.status, result.held, result.failed) == ("claims failed", 1, 1)
+    assert result.device.startswith(("cpu", "cuda")) and result.peak_rss_mib > 0 and result.wall_s > 0
+    assert "Lemma 2: fails, recorded: measured 3.0 is not <= 2" in result.failures[0]
+    ran = nbformat.read(tmp_path / "scratch" / "book" / "n.ipynb", as_version=4)
+    assert ran.cells[0].outputs[0]["text"].strip() == "full" and len(ran.cells) == 1

@@ -152,16 +152,24 @@ def _ratio(measured: Value, bound: Value, shown_measured: str) -> str:
 
 
 def _current_cell() -> Optional[str]:
-    """A short hash of the notebook cell being executed (to place a claim in its section), if any."""
+    """A short hash of the notebook cell being executed (to place a claim in its section), if any.
+
+    Read from the kernel's current execute request, so it is the same under Jupyter, nbclient and
+    nbval (which runs cells without storing history).
+    """
     try:
         from IPython import get_ipython
     except ImportError:
         return None
-    ip = get_ipython()
-    raw = getattr(getattr(ip, "history_manager", None), "input_hist_raw", None)
-    if not raw:
+    kernel = getattr(get_ipython(), "kernel", None)
+    if kernel is None or not hasattr(kernel, "get_parent"):
         return None
-    return cell_id(raw[-1])
+    try:
+        parent = kernel.get_parent("shell")
+    except TypeError:  # ipykernel < 6
+        parent = kernel.get_parent()
+    code = (parent or {}).get("content", {}).get("code")
+    return cell_id(code) if isinstance(code, str) else None
 
 
 def cell_id(source: str) -> str:
