@@ -283,3 +283,41 @@ def test_embed_run_and_interpolant_errors():
         interpolant(torch.tanh, 0.0, 4)
     with pytest.raises(ValueError, match="M"):
         interpolant(torch.tanh, 1.0, 0)
+
+
+# --- Theorem 6's quantiser and App. G's experiment (small scale) -----------------------------------------
+
+def test_quantization_ff_steps_penalty_and_errors():
+    from tfbook.icgd.softmax_univ import embed, quant, quantization_ff
+
+    D, B, delta = 8, 2.0, 1e-3
+    ff = quantization_ff(2, D, B, delta)
+    assert ff.kind == "mlp"
+    z = torch.tensor([[[0.1, 0.6], [1.3, 1.9], [2.5, 0.3], [-0.4, 0.2]]], dtype=DTYPE)  # (1, 4, 2) off the ramps
+    q = ff(embed(z))[..., 2:4]
+    out = ((z < 0) | (z > B)).to(DTYPE).sum(-1, keepdim=True)  # penalties per token
+    assert torch.allclose(q, quant(z, D, B) - B * out, atol=1e-10)
+    with pytest.raises(ValueError, match="D"):
+        quantization_ff(1, 0, 1.0, 0.1)
+    with pytest.raises(ValueError, match="delta"):
+        quantization_ff(1, 4, 1.0, 0.0)
+
+
+def test_experiment_pieces_small():
+    from tfbook.icgd import experiments as ex
+
+    cfg = ex.ExperimentConfig(d=3, target_width=4, train_points=6, test_points=8, width=16, blocks=1, heads=2,
+                              steps=30, test_prompts=64, gd_steps=20)
+    model, log = ex.train(cfg, "relu")
+    assert len(log["losses"]) == 30 and log["losses"][-1] < log["losses"][0]
+    ts = ex.test_set(cfg, 0.0, seed=1)
+    assert ts.x.shape == (64, 9, 3) and ts.y.shape == (64, 9) and bool((ts.within_var > 0).all())
+    cm = ex.context_mean(ts)
+    assert torch.allclose(cm[:, 3], ts.y[:, :3].mean(1))
+    ls = ex.least_squares(ts)
+    Xa = torch.cat([ts.x[0, :6], torch.ones(6, 1)], 1).double()
+    beta = torch.linalg.solve(Xa.T @ Xa + 1e-3 * torch.eye(4, dtype=torch.float64), Xa.T @ ts.y[0, :6].double())
+    assert abs(float(ls[0, 6]) - float(torch.cat([ts.x[0, 6], torch.ones(1)]).double() @ beta)) < 1e-4
+    assert float(ex.r2(ts.y, ts.y).min()) == 1.0
+    res = ex.evaluate(cfg, {"relu": model}, [4])
+    assert set(res) == set(cfg.mixtures) and "GD baseline" in res[0.0] and len(res[0.0]["relu"]["r2"]) == 9
