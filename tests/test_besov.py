@@ -423,3 +423,16 @@ def test_value_errors():
     for X in (torch.zeros(2, 3, 1), torch.zeros(2, 2), torch.full((2, 2, 1), 1.5), torch.full((2, 2, 1), -0.5)):
         with pytest.raises(ValueError):
             model(X)
+
+
+def test_reference_grid_evaluators_match_atoms():
+    def f(X):
+        return (1 + X.reshape(len(X), -1) ** 2).prod(1)
+
+    Y = torch.rand(200, 3, dtype=DTYPE)
+    k, j, c = bv.sparse_interpolant(f, 3, 4)
+    assert torch.allclose(bv.expansion(Y[:, :, None], k, j, c, 1), bv.sparse_evaluate(f, 3, 4, Y), atol=1e-12)
+    alpha = [[1.0], [2.0], [0.5]]
+    k, j, c = bv.aniso_interpolant(f, alpha, 4)
+    lv = bv.levels(alpha, 4)[:, 0]
+    assert torch.allclose(bv.expansion(Y[:, :, None], k, j, c, 1), bv.hat_interpolate(f, lv, Y), atol=1e-12)

@@ -19,7 +19,7 @@ import torch
 from tfbook import bench
 from tfbook.besov.gadgets import (BSplineNet, ProductNet, bspline_net, bspline_net_error, product_error_range,
                                   product_net, product_reference, spline_factor_constant, yarotsky)
-from tfbook.besov.grids import (aniso_interpolant, levels, quantize, sparse_interpolant, token_mask,
+from tfbook.besov.grids import (aniso_interpolant, hat_interpolate, levels, quantize, sparse_evaluate, sparse_interpolant, token_mask,
                                 weierstrass)
 from tfbook.besov.rates import (D, balance_fit, delta, eta, nu, num_atoms, paper_balance_power, risk_exponents,
                                 smoothness, token_count)
@@ -30,7 +30,7 @@ from tfbook.besov.transformer import (BesovTransformer, atom_width, build_transf
 __all__ = [
     "BSplineNet", "BesovTransformer", "D", "ProductNet", "aniso_interpolant", "atom_width", "balance_fit",
     "bspline", "bspline_net", "bspline_net_error", "build_transformer", "check_atoms", "delta", "error_bound",
-    "eta", "expansion", "fnn_baseline", "leak", "levels", "nu", "num_atoms", "paper_balance_power", "paper_width", "partner",
+    "eta", "expansion", "fnn_baseline", "hat_interpolate", "leak", "sparse_evaluate", "levels", "nu", "num_atoms", "paper_balance_power", "paper_width", "partner",
     "product_error_range", "product_net", "product_reference", "quantize", "random_atoms", "risk_exponents",
     "rounds", "smoothness", "sparse_interpolant", "spline_factor_constant", "support_samples", "token_count",
     "token_mask", "transformer_sizes", "weierstrass", "yarotsky",

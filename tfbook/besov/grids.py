@@ -118,3 +118,26 @@ def weierstrass(t, a: float, terms: int = 22, seed: int = 0) -> torch.Tensor:
     t = torch.as_tensor(t, dtype=DTYPE)
     j = torch.arange(terms, dtype=DTYPE)
     return (1 - 2.0**-a) * (2.0 ** (-j * a) * torch.cos(2 * np.pi * 2.0**j * t[..., None] + theta)).sum(-1)
+
+
+def hat_interpolate(f: Callable, lv, Y) -> torch.Tensor:
+    """Reference evaluator: the tensor-product hat interpolant of f on the full grid with levels ``lv`` (D,),
+    at points Y (n, D) (multilinear interpolation; equals `expansion` of the atoms of `aniso_interpolant`)."""
+    from scipy.interpolate import RegularGridInterpolator
+
+    axes = [np.linspace(0.0, 1.0, 2 ** int(k) + 1) for k in np.ravel(lv)]
+    mesh = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(axes))
+    values = _evaluate(f, torch.as_tensor(mesh, dtype=DTYPE)).numpy().reshape([len(a) for a in axes])
+    Y = validate.tensor("Y", Y, shape=(None, len(axes)), low=0.0, high=1.0)
+    return torch.as_tensor(RegularGridInterpolator(axes, values)(Y.cpu().numpy()), dtype=DTYPE)
+
+
+def sparse_evaluate(f: Callable, D: int, K: int, Y) -> torch.Tensor:
+    """Reference evaluator of `sparse_interpolant` by the combination technique on full grids."""
+    D, K = order("D", D), order("K", K, 0)
+    out = torch.zeros(len(Y), dtype=DTYPE)
+    for q in range(min(D, K + 1)):
+        for lv in itertools.product(range(K - q + 1), repeat=D):
+            if sum(lv) == K - q:
+                out += (-1) ** q * math.comb(D - 1, q) * hat_interpolate(f, lv, Y)
+    return out
