@@ -149,3 +149,9 @@ def test_record_mode_records_failures_to_the_sink(monkeypatch, tmp_path):
     monkeypatch.setenv(cl.MODE_ENV, "shout")
     with pytest.raises(ValueError, match="TFBOOK_CLAIMS must be one of"):
         c.check("Thm 3", "x", 1.0, 2.0)
+
+
+def test_integral_values_print_alike_whatever_the_last_bit():
+    assert cl.fmt(2.0) == cl.fmt(1.9999999999999998) == cl.fmt(2.0000000000000004) == "2"
+    assert cl.fmt(1.9996) == "2.00" and cl.fmt(0.0) == "0" and cl.fmt(1e-10) == "1.00e-10"
+    assert cl.fmt(-1.0000000000000002) == "-1" and cl.fmt(1234567.0000001) == "1234567"

@@ -44,6 +44,8 @@ Value = Union[Real, str, bool]
 RELATIONS = ("<=", ">=", "==", "<", ">")
 NOISE = 1e-12
 """Nonzero measured values below this magnitude are float64 rounding noise for O(1) quantities."""
+INTEGRAL_RTOL = 1e-9
+"""A float this close (relatively) to a nonzero integer below 1e7 prints as that integer."""
 MIME = "application/vnd.tfbook.claims+json"
 """The mime type of the machine-readable claims record stored with every `Claims.show` output."""
 SCHEMA = 1
@@ -60,21 +62,25 @@ class ClaimError(AssertionError):
 def fmt(value: Value, digits: int = 3, noise: float = NOISE) -> str:
     """Format a number at ``digits`` significant digits; never print rounding noise.
 
-    Integers (and integral floats below 1e7) print exactly, strings and bools as they are,
+    Integers, and floats within a relative 1e-9 of a nonzero integer below 1e7 (so that 2.0 and
+    1.9999999999999998 print alike), print as integers; strings and bools as they are,
     Fractions as ``p/q`` when short. A nonzero float with magnitude below ``noise`` prints as
     ``< 1e-12`` (pass ``noise=0`` for values that are not measurements, e.g. bounds).
 
     >>> fmt(0.000123456), fmt(12), fmt(0.0156), fmt(2.5e9), fmt(8.9e-16), fmt(1e-13, noise=0)
     ('1.23e-04', '12', '0.0156', '2.50e+09', '< 1e-12', '1.00e-13')
+    >>> fmt(2.0), fmt(1.9999999999999998), fmt(1.9996), fmt(-3.0000000000000004)
+    ('2', '2', '2.00', '-3')
     """
     if isinstance(value, (bool, str)):
         return str(value)
     if isinstance(value, Fraction) and value.denominator != 1 and len(str(value)) <= 9:
         return str(value)
-    if isinstance(value, int) or (isinstance(value, Real) and math.isfinite(float(value))
-                                  and float(value).is_integer() and abs(value) < 1e7):
-        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
     x = float(value)
+    if x == 0 or (math.isfinite(x) and 0.5 <= abs(x) < 1e7 and abs(x - round(x)) <= INTEGRAL_RTOL * abs(x)):
+        return str(int(round(x)))  # 2.0 and 1.9999999999999998 print alike
     if math.isnan(x) or math.isinf(x):
         return str(x)
     if abs(x) < noise:
