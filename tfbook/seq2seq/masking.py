@@ -143,6 +143,6 @@ def train_classifier(model: nn.Module, X: torch.Tensor, y: torch.Tensor, epochs:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss) * len(idx)
+            total += float(loss.detach()) * len(idx)
         losses.append(total / X.shape[0])
     return losses
