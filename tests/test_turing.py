@@ -250,6 +250,7 @@ def test_circuit_network_exact_formulas_and_radius():
     assert torch.allclose(net(X), 2 * c.evaluate(X).to(F64) - 1, rtol=0, atol=1e-12)
     assert net.l1_norm() == tg.l1_formula(c)
     assert net.num_relu_layers == 4 * len(c.layers) - 2  # the paper's 4q - 6 with q counting the input layer
+    assert net.counted_sizes().compare(net.paper_sizes()) == [("ff_layers", 4 * len(c.layers) - 2, 4 * len(c.layers) - 2)]
     assert float((net(X, block_noise=0.33) - net(X)).abs().max()) <= 1e-12
     assert float((net(X, block_noise=0.34) - net(X)).abs().max()) > 0.01
 

@@ -19,7 +19,7 @@ import torch
 from tfbook.device import DTYPE
 from tfbook.layers import FeedForward, perturb
 from tfbook.layout import Layout
-from tfbook.model import Construction
+from tfbook.model import Construction, Sizes
 
 OPS = {"AND": 2, "OR": 2, "NOT": 1, "ID": 1}
 GATE_L1 = {"AND": 4, "OR": 5, "NOT": 3, "ID": 2}
@@ -141,6 +141,10 @@ class CircuitNetwork(Construction):
     def num_relu_layers(self) -> int:
         """Number of ReLU layers: ``counted_sizes().ff_layers`` (one core feed-forward layer per ReLU layer)."""
         return self.counted_sizes().ff_layers
+
+    def paper_sizes(self) -> Sizes:
+        """The paper's count of ReLU layers, 4q - 6 with q the depth including the input layer, i.e. 4 (gate layers) - 2."""
+        return Sizes(ff_layers=4 * self.num_blocks - 2)
 
     def theta(self) -> list[tuple[str, torch.Tensor]]:
         """The paper's parameters: W_1 and b_1 of every layer, and W_2, b_2 (the read-out) of the last."""

@@ -35,10 +35,10 @@ def train_mlp(X: torch.Tensor, y: torch.Tensor, X_test: torch.Tensor, y_test: to
         return {"train_error": err(X, y), "test_error": err(X_test, y_test)}
 
 
-def learning_curves(circuit: Circuit, widths, sizes, seeds=(0,), epochs: int = 300, device=None) -> dict:
-    """Test error for each (width, training-set size), averaged over seeds; test set = all other inputs."""
-    X_all = all_inputs(circuit.num_inputs)
-    y_all = circuit.evaluate(X_all)
+def learning_curves(X_all: torch.Tensor, y_all: torch.Tensor, widths, sizes, seeds=(0,), epochs: int = 300,
+                    depth: int = 4, device=None) -> dict:
+    """Test errors, one per seed, for each (width, training-set size): the training set is a random subset of
+    size n of (X_all, y_all) (drawn from the seed), the test set all other points."""
     out = {}
     for w in widths:
         for n in sizes:
@@ -46,7 +46,14 @@ def learning_curves(circuit: Circuit, widths, sizes, seeds=(0,), epochs: int = 3
             for seed in seeds:
                 perm = torch.randperm(len(X_all), generator=torch.Generator().manual_seed(1000 + seed))
                 tr, te = perm[:n], perm[n:]
-                errs.append(train_mlp(X_all[tr], y_all[tr], X_all[te], y_all[te], w, epochs=epochs, seed=seed,
-                                      device=device)["test_error"])
-            out[(w, n)] = sum(errs) / len(errs)
+                errs.append(train_mlp(X_all[tr], y_all[tr], X_all[te], y_all[te], w, depth=depth, epochs=epochs,
+                                      seed=seed, device=device)["test_error"])
+            out[(w, n)] = errs
     return out
+
+
+def circuit_learning_curves(circuit: Circuit, widths, sizes, seeds=(0,), epochs: int = 300, depth: int = 4,
+                            device=None) -> dict:
+    """`learning_curves` on all 2^m inputs labelled by ``circuit``."""
+    X_all = all_inputs(circuit.num_inputs)
+    return learning_curves(X_all, circuit.evaluate(X_all), widths, sizes, seeds, epochs, depth, device)
