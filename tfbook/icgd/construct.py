@@ -89,13 +89,12 @@ def _source(j: int) -> str:
 # --- the ranges -------------------------------------------------------------------------------------
 
 def _sup_abs(rs: ReluSum, a: float) -> float:
-    """sup |rs| on [-a, a] for a piecewise-linear rs: the max over a and -a and the knots inside."""
-    pts = [-a, a]
+    """sup |rs| on [-a, a] for a piecewise-linear rs: the max over -a, a and the kinks inside."""
     slope, shift = rs.a[:, 0], rs.a[:, 1]
     nz = slope != 0
-    knots = (-shift[nz] / slope[nz])
-    pts += [float(k) for k in knots if -a <= k <= a]
-    return float(rs(torch.tensor(pts, dtype=DTYPE)).abs().max())
+    kinks = -shift[nz] / slope[nz]
+    pts = torch.cat([torch.tensor([-a, a], dtype=DTYPE), kinks[(kinks >= -a) & (kinks <= a)]])
+    return float(rs(pts).abs().max())
 
 
 def a_priori_R(spec: NetSpec, act: str, box: float, x_bound: float, M: int) -> float:
@@ -122,7 +121,7 @@ def a_priori_R(spec: NetSpec, act: str, box: float, x_bound: float, M: int) -> f
         R_new = ranges(lambda t: _sup_abs(rs, t))
         if R_new <= R:
             return R
-        R = R_new * (1 + 1e-12)
+        R = R_new * (1 + 1e-6)
     raise ValueError(f"R: no a-priori range exists for these sizes with M = {M}; pass R explicitly")
 
 

@@ -52,13 +52,13 @@ class ReluSum:
         return f"ReluSum(num_terms={self.num_terms}, C={self.C:.3g})"
 
 
-def _unit_term(slope: float, knot: float) -> tuple[list[float], float]:
-    """``slope * relu(t - knot)`` written as ``c relu(a . [t; 1])`` with ``||a||_1 = 1``."""
-    scale = 1.0 + abs(knot)
-    a0, a1 = 1.0 / scale, -knot / scale
-    if a0 + abs(a1) > 1.0:  # rounding: shrink a by one part in 2^50, keep the product with c
-        a0, a1, scale = a0 * (1 - 2.0 ** -50), a1 * (1 - 2.0 ** -50), scale / (1 - 2.0 ** -50)
-    return [a0, a1], slope * scale
+def _unit_terms(slopes: torch.Tensor, knots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``slope * relu(t - knot)`` written as ``c relu(a . [t; 1])`` with ``||a||_1 <= 1``; (H, 2) and (H,)."""
+    scale = 1.0 + knots.abs()
+    a = torch.stack([1.0 / scale, -knots / scale], dim=1)
+    over = a.abs().sum(1) > 1.0  # rounding: shrink a by one part in 2^50, keep the product with c
+    shrink = torch.where(over, 1 - 2.0 ** -50, 1.0).to(DTYPE)
+    return a * shrink[:, None], slopes * scale / shrink
 
 
 def interpolant(g: Callable[[torch.Tensor], torch.Tensor], R: float, M: int) -> ReluSum:
@@ -69,21 +69,18 @@ def interpolant(g: Callable[[torch.Tensor], torch.Tensor], R: float, M: int) -> 
     knots[0], knots[-1] = -R, R
     values = torch.as_tensor(g(knots), dtype=DTYPE)
     slopes = (values[1:] - values[:-1]) / (knots[1:] - knots[:-1])  # (M,)
-    a, c = [[0.0, 1.0]], [float(values[0])]  # the constant g(-R)
     changes = torch.cat([slopes[:1], slopes[1:] - slopes[:-1]])
-    for m in range(M):
-        am, cm = _unit_term(float(changes[m]), float(knots[m]))
-        a.append(am)
-        c.append(cm)
+    a, c = _unit_terms(changes, knots[:-1])
+    a = torch.cat([torch.tensor([[0.0, 1.0]], dtype=DTYPE), a])  # the constant g(-R) first
+    c = torch.cat([values[:1], c])
     return ReluSum(a, c)
 
 
 def ramp(delta: float) -> ReluSum:
     """``(relu(t) - relu(t - delta)) / delta``: 1 for t >= delta, 0 for t <= 0 (2 terms)."""
     delta = float(validate.real("delta", delta, low=0.0, low_open=True))
-    a1, c1 = _unit_term(1.0 / delta, 0.0)
-    a2, c2 = _unit_term(-1.0 / delta, delta)
-    return ReluSum([a1, a2], [c1, c2])
+    a, c = _unit_terms(torch.tensor([1.0 / delta, -1.0 / delta], dtype=DTYPE), torch.tensor([0.0, delta], dtype=DTYPE))
+    return ReluSum(a, c)
 
 
 def identity_relu() -> ReluSum:
