@@ -51,3 +51,5 @@ def test_page_lists_claims_in_their_sections_with_counts(tmp_path):
 def test_slugs_follow_myst():
     assert claims_page.slugify(claims_page.heading_text("Step 2: the $k$-fold `compose` map (Lemma 6)")) == \
         "step-2-the--fold-compose-map-lemma-6"
+    assert claims_page.slugify(claims_page.heading_text("2. Exact $|x|$ and max")) == "2-exact--and-max"
+    assert claims_page._md("2. Exact $|x|$ | y") == "2. Exact $\\vert x\\vert $ \\| y"

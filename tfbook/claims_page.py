@@ -68,7 +68,7 @@ def heading_text(line: str) -> str:
     from markdown_it import MarkdownIt
     from mdit_py_plugins.dollarmath import dollarmath_plugin
 
-    tokens = MarkdownIt("commonmark").use(dollarmath_plugin).parse(line)
+    tokens = MarkdownIt("commonmark").use(dollarmath_plugin).parse("# " + line)  # "1. x" is no list
     inline = tokens[1].children or []
     return "".join(t.content for t in inline if t.type in ("text", "code_inline"))
 
@@ -135,8 +135,11 @@ def _esc(text: str) -> str:
 
 
 def _md(text: str) -> str:
-    """A heading's markdown (math and code kept) made safe for a table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A heading's markdown (math and code kept) made safe for a table cell: a ``|`` inside math
+    becomes ``\\vert`` (an escaped pipe would turn into a norm), elsewhere ``\\|``."""
+    parts = re.split(r"(\$[^$]*\$)", str(text).replace("\n", " "))
+    return "".join(p.replace("|", "\\vert ") if p.startswith("$") and len(p) > 1 else p.replace("|", "\\|")
+                   for p in parts)
 
 
 def _link(text: str, target: str) -> str:
