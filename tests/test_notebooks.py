@@ -27,8 +27,15 @@ def test_install_cell_uses_the_configured_repository():
 @pytest.mark.parametrize("name", BOOK)
 def test_notebook_starts_with_install_cell(name):
     nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
-    if not any(notebooks.is_install_cell(c) for c in nb.cells):
-        pytest.xfail("install cell not added yet: python -m tfbook.notebooks install-cell")
     cell = nb.cells[0]
-    assert notebooks.is_install_cell(cell) and cell.source == notebooks.install_cell_source()
+    assert notebooks.is_install_cell(cell), "run python -m tfbook.notebooks install-cell on it"
+    assert cell.source == notebooks.install_cell_source()
     assert set(notebooks.INSTALL_TAGS) <= set(cell.metadata.get("tags", []))
+
+
+@pytest.mark.parametrize("name", BOOK)
+def test_first_visible_code_cell_describes_the_profile(name):
+    nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code" and not notebooks.is_install_cell(c)]
+    assert code and "describe()" in code[0].source, "the first code cell prints tfbook.device.describe()"
+    assert "nbval-ignore-output" in code[0].metadata.get("tags", [])
