@@ -340,3 +340,26 @@ def test_a_1e3_perturbation_of_the_core_breaks_the_circuit_claims():
     for kw in ({"scale": 1 + 1e-3}, {"scale": 1 + 1e-3, "names": ["L4.gate2"]}):
         with perturb(**kw), pytest.raises(ClaimError):
             claim()
+
+
+def test_counted_sizes_against_a_hand_count():
+    tm = tg.parity()
+    model = tg.build_transformer(tm, 8, device="cpu")
+    Z, A, P, w = len(model.state_names), len(model.alphabet), model.P, model.width
+    L = P + 9
+    heads = [(P + 1, 1)] + [(P + j + 1, 1) for j in range(1, P + 1)] + [(2 * P + 1, A), (P + 1, A + 1)]  # (key dim, value dim)
+    stored = L * (2 * w * w + w) + L * (4 * w * w + 2 * w)  # work (W_1, b_1, identity W_2), correction
+    stored += sum(2 * dk * w + 2 * mv * w + 3 * dk + 2 * mv for dk, mv in heads)  # W_Q, W_K, W_V, W_O, biases, null key/value
+    stored += w * A + 2 * w  # E, h0, theta_cls
+    s = model.counted_sizes()
+    assert (s.stored, s.attention_layers, s.ff_layers, s.max_heads, s.ff_width, s.attention_width, s.embed_dim) == \
+        (stored, P + 3, 2 * L, 1, 2 * w, A + 1, Z + 4 * A + 6 * P + 5 + Z * A)
+    c = tg.random_circuit(6, 3, 4, seed=0)
+    net = tg.build_circuit_network(c)
+    widths = [len(layer) for layer in c.layers]
+    hand, prev = 0, c.num_inputs
+    for i, n in enumerate(widths):
+        hand += (n * prev + n + n * n) + (n * n + n)  # gate1 (W1, b1, identity), gate2 (W2, b2, ...)
+        hand += n * n + (2 * n * n + 2 * n + 4 * n * n) + (2 * n * n + n * n) if i < len(widths) - 1 else 1 + 1
+        prev = n
+    assert net.counted_sizes().stored == hand
