@@ -174,7 +174,8 @@ def test_sizes_against_formulas():
         m = _model(act, **kw)
         s, D = m.spec, m.embed_dim
         assert m.num_layers == (2 * s.N + 4) * m.L == len(m.layers) == len(m.layer_types)
-        assert D == s.dx + 2 * s.dy + s.D_N + 3 * ((s.N - 1) * s.K + s.dy) + 2 and s.D_N == (s.dx + s.dy) * s.K + (s.N - 2) * s.K ** 2
+        assert D == s.dx + 2 * s.dy + s.D_N + 3 * ((s.N - 1) * s.K + s.dy) + 2
+        assert s.D_N == (s.dx + s.dy) * s.K + (s.N - 2) * s.K ** 2
         hr, hd = m.r_hat.num_terms, m.dr_hat.num_terms
         want = ([s.out(j) * hr for j in range(1, s.N + 1)] + [((s.N - 1) * s.K + s.dy) * hd, 0, s.dy]
                 + [s.K] * (s.N - 1) + [2 * ((s.N - 1) * s.K + s.dy), 0])

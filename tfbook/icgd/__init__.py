@@ -31,4 +31,5 @@ def _register() -> None:
                        lambda device: _bench_build(device, N=6, K=16, M=256, dx=20),
                        lambda state: state[0](state[1]), units="prompts", count=4)
 
+
 _register()

@@ -98,7 +98,8 @@ def lemma6_constants(c: Constants) -> tuple[float, float, float, float]:
     E_dr = max(c.P * B_s * c.B_v * g + q ** (c.N - j) * c.B_l for j, g in zip(js, geo))
     Er = _Er_max(c)
     L_dr = 0.0 if c.eps_r == 0 else c.L_dr
-    E_rr = max(L_dr * Er * c.P * B_s * c.B_v ** 2 * g + q ** (c.N - j) * (c.B_l * L_dr * c.B_v * Er + c.B_dr * c.L_l * Er)
+    E_rr = max(L_dr * Er * c.P * B_s * c.B_v ** 2 * g
+               + q ** (c.N - j) * (c.B_l * L_dr * c.B_v * Er + c.B_dr * c.L_l * Er)
                for j, g in zip(js, geo))
     return B_s, E_rr, E_dr, E_l
 

@@ -69,8 +69,8 @@ def check_state_contract(claims: Claims, model: ICGDTransformer, X, Y, x_query, 
     H0 = model.embed(X, Y, x_query, w0)
     devs = [contract(model, H0, H) for H in model.block_states(H0)[1:]]
     worst = {k: max(d[k] for d in devs) for k in devs[0]}
-    claims.check("Thm 1", f"w identical in all tokens (after each of {model.L} blocks)", worst["w_spread"], ROUNDOFF, "<=",
-                 roundoff=True)
+    claims.check("Thm 1", f"w identical in all tokens (after each of {model.L} blocks)", worst["w_spread"], ROUNDOFF,
+                 "<=", roundoff=True)
     claims.check("Thm 1", "max |w| after every block <= box", worst["w_max"], model.box, "<=")
     claims.check("Thm 1", "x, y, 1, t unchanged", worst["io_change"], 0.0, "==")
     claims.check("Thm 1", "every scratch coordinate exactly 0", worst["scratch"], 0.0, "==")
