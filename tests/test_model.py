@@ -74,3 +74,8 @@ def test_bad_input():
         model(torch.zeros(1, 2, 3, dtype=DTYPE))
     with pytest.raises(ValueError, match="slot 'x' needs shape"):
         model.embed(x=torch.zeros(1, 2, 3))
+
+
+def test_to_device_and_dtype_work():
+    model = small_model().to(torch.device("cpu"))
+    assert model.to(torch.float64).layer("A").W_Q.dtype == torch.float64

@@ -159,7 +159,7 @@ class Construction(nn.Module):
         if H.ndim != 3 or H.shape[-1] != self.layout.dim:
             raise ValueError(f"H must have shape (batch, n, {self.layout.dim}), got {tuple(H.shape)}")
 
-    def _apply(self, layer: nn.Module, H: torch.Tensor, memory, key_mask) -> torch.Tensor:
+    def _run_layer(self, layer: nn.Module, H: torch.Tensor, memory, key_mask) -> torch.Tensor:
         if layer.kind == "xattn":
             return layer(H, memory=memory)
         if layer.kind == "attn":
@@ -172,7 +172,7 @@ class Construction(nn.Module):
         self._check(H)
         states = [H]
         for layer in self.layers:
-            states.append(self._apply(layer, states[-1], memory, key_mask))
+            states.append(self._run_layer(layer, states[-1], memory, key_mask))
         return states if return_all else states[-1]
 
     def trace(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
@@ -184,5 +184,5 @@ class Construction(nn.Module):
             if layer.kind in ("attn", "xattn"):
                 kw = {"memory": memory} if layer.kind == "xattn" else {"key_mask": key_mask}
                 attention[name] = layer.attention_weights(states[-1], **kw)
-            states.append(self._apply(layer, states[-1], memory, key_mask))
+            states.append(self._run_layer(layer, states[-1], memory, key_mask))
         return Trace(list(self.layer_names), states, attention)
