@@ -255,7 +255,7 @@ def test_bad_shapes_are_rejected():
         layer(rand(2, 3, 5))
     with pytest.raises(ValueError, match="key_mask"):
         layer(rand(2, 3, 4), key_mask=torch.ones(2, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match="memory is required"):
+    with pytest.raises(ValueError, match="is required for cross-attention"):
         Attention.stacked(**W, cross=True)(rand(2, 3, 4))
     with pytest.raises(ValueError, match="W_O"):
         Attention.stacked(W["W_Q"], W["W_K"], W["W_V"], W["W_O"][:, :3])
@@ -270,3 +270,23 @@ def test_fully_masked_query_gets_no_update():
     for norm in ("softmax", "relu", "hard"):
         out = Attention.stacked(**W, normalization=norm)(H, key_mask=torch.zeros(1, 3, dtype=torch.bool))
         assert torch.equal(out, H) and not math.isnan(float(out.sum()))
+
+
+def test_projected_cache_equals_memory_and_full_causal_run():
+    B, m, D, h = 2, 6, 5, 2
+    W = random_stack(h, 2, 3, D)
+    layer = Attention.stacked(**W, normalization="hard", causal=True, null_key=rand(h, 2, seed=30),
+                              null_value=rand(h, 3, seed=31))
+    H = rand(B, m, D, seed=12).round()
+    full = layer(H)
+    Kt, Vt = layer.project_memory(H[:, :0])
+    for t in range(m):  # grow the projected cache one position at a time
+        k, v = layer.project_memory(H[:, t:t + 1])
+        Kt, Vt = torch.cat([Kt, k], -1), torch.cat([Vt, v], -1)
+        step = layer(H[:, t:t + 1], kv=(Kt, Vt))
+        torch.testing.assert_close(step, layer(H[:, t:t + 1], memory=H[:, : t + 1]), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(step[:, 0], full[:, t], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="not both"):
+        layer(H, memory=H, kv=(Kt, Vt))
+    with pytest.raises(ValueError, match="project_memory"):
+        layer(H, kv=(Kt[:, :1], Vt))

@@ -315,6 +315,7 @@ class Attention(_StackedLayer):
     sequence, ``"circular"`` uses keys (i + o) mod m for o in -U..U, counted with multiplicity.
     ``null_key`` (h, m_qk) and ``null_value`` (h, m_v): one extra key, always present, placed first.
     ``cross=True``: kind ``"xattn"``, keys and values come from ``memory`` (B, m, D_kv).
+    ``kv=project_memory(memory)`` reuses projected keys and values (a key/value cache).
     """
 
     def __init__(self, heads: Sequence[HeadWeights], normalization: str = "softmax", *, causal: bool = False,
@@ -402,16 +403,36 @@ class Attention(_StackedLayer):
             counts = torch.cat([ones, counts], dim=-1)
         return counts
 
-    def _sources(self, H: torch.Tensor, memory: Optional[torch.Tensor]) -> torch.Tensor:
+    def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of ``memory`` (B, m, D_kv) projected once: (Kt (B, h, m_qk, m), Vt (B, h, m_v, m)).
+
+        Pass them back as ``kv=`` to reuse them (an encoder's outputs, or a decoder's growing cache,
+        extended one position at a time with ``torch.cat`` or by writing into a buffer).
+        """
+        if memory.ndim != 3 or memory.shape[-1] != self.D_kv:
+            raise ValueError(f"memory must have shape (batch, m, {self.D_kv}), got {tuple(memory.shape)}")
+        return _project(memory, self.W_K, self.b_K), _project(memory, self.W_V, self.b_V)
+
+    def _keys_values(self, H: torch.Tensor, memory: Optional[torch.Tensor],
+                     kv: Optional[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Projected keys Kt (B, h, m_qk, m) and values Vt (B, h, m_v, m) from H, memory or a given cache."""
         if H.ndim != 3 or H.shape[-1] != self.D:
             raise ValueError(f"H must have shape (batch, n, {self.D}), got {tuple(H.shape)}")
+        if memory is not None and kv is not None:
+            raise ValueError("give memory or kv, not both")
+        if kv is not None:
+            Kt, Vt = kv
+            h, m_qk, m_v = self.num_heads, self.W_Q.shape[1], self.W_V.shape[1]
+            if (Kt.ndim != 4 or Kt.shape[:3] != (H.shape[0], h, m_qk) or Vt.shape[:3] != (H.shape[0], h, m_v)
+                    or Vt.shape[3] != Kt.shape[3]):
+                raise ValueError(f"kv must be (Kt ({H.shape[0]}, {h}, {m_qk}, m), Vt ({H.shape[0]}, {h}, {m_v}, m)) "
+                                 "as returned by project_memory")
+            return Kt, Vt
         if self.cross and memory is None:
-            raise ValueError("memory is required for cross-attention")
-        if memory is None:
-            return H
-        if memory.ndim != 3 or memory.shape[0] != H.shape[0] or memory.shape[-1] != self.D_kv:
+            raise ValueError("memory (or kv) is required for cross-attention")
+        if memory is not None and (memory.ndim != 3 or memory.shape[0] != H.shape[0]):
             raise ValueError(f"memory must have shape ({H.shape[0]}, m, {self.D_kv}), got {tuple(memory.shape)}")
-        return memory
+        return self.project_memory(H if memory is None else memory)
 
     def _scores(self, Qt: torch.Tensor, Kt: torch.Tensor, sl: slice) -> torch.Tensor:
         """Qt (B, hc, m_qk, n), Kt (B, hc, m_qk, m) -> scores (B, hc, n, m[+1]), null key first."""
@@ -455,24 +476,22 @@ class Attention(_StackedLayer):
         per = max(1, CHUNK_ELEMENTS // max(1, B * n * m))
         return [slice(s, min(s + per, self.num_heads)) for s in range(0, self.num_heads, per)]
 
-    def _weights_and_values(self, H, memory, key_mask):
-        X = self._sources(H, memory)
-        B, n, m = H.shape[0], H.shape[1], X.shape[1]
-        C = self._counts(B, n, m, key_mask, H.device)
-        return X, C, B, n, m
+    def _prepare(self, H, memory, key_mask, kv):
+        Kt, Vt = self._keys_values(H, memory, kv)
+        C = self._counts(H.shape[0], H.shape[1], Kt.shape[-1], key_mask, H.device)
+        return _project(H, self.W_Q, self.b_Q), Kt, Vt, C
 
     def scores(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
-               key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+               key_mask: Optional[torch.Tensor] = None, kv=None) -> torch.Tensor:
         """Raw scores (B, h, n, m), with the null key's column first when there is one."""
-        X, _, _, _, _ = self._weights_and_values(H, memory, key_mask)
-        return self._scores(_project(H, self.W_Q, self.b_Q), _project(X, self.W_K, self.b_K), slice(None))
+        Qt, Kt, _, _ = self._prepare(H, memory, key_mask, kv)
+        return self._scores(Qt, Kt, slice(None))
 
     def attention_weights(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
-                          key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+                          key_mask: Optional[torch.Tensor] = None, kv=None) -> torch.Tensor:
         """Normalised attention weights (B, h, n, m), with the null key's column first when there is one."""
-        X, C, _, _, _ = self._weights_and_values(H, memory, key_mask)
-        S = self._scores(_project(H, self.W_Q, self.b_Q), _project(X, self.W_K, self.b_K), slice(None))
-        return self._normalize(S, C)
+        Qt, Kt, _, C = self._prepare(H, memory, key_mask, kv)
+        return self._normalize(self._scores(Qt, Kt, slice(None)), C)
 
     def attention_matrices(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
                            key_mask: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
@@ -480,13 +499,12 @@ class Attention(_StackedLayer):
         return list(self.attention_weights(H, memory, key_mask).unbind(1))
 
     def forward(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
-                key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        X, C, B, n, m = self._weights_and_values(H, memory, key_mask)
+                key_mask: Optional[torch.Tensor] = None,
+                kv: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+        """H + the attention update; keys/values from H, ``memory``, or a projected cache ``kv``."""
+        Qt, Kt, Vt, C = self._prepare(H, memory, key_mask, kv)  # (B, h, m_qk, n), (B, h, m_qk, m), (B, h, m_v, m)
+        B, n, m = H.shape[0], H.shape[1], Kt.shape[-1]
         factors = _head_scale(self, self.num_heads, H.device) if _ACTIVE else None
-        h, m_v = self.num_heads, self.W_V.shape[1]
-        Qt = _project(H, self.W_Q, self.b_Q)  # (B, h, m_qk, n)
-        Kt = _project(X, self.W_K, self.b_K)  # (B, h, m_qk, m)
-        Vt = _project(X, self.W_V, self.b_V)  # (B, h, m_v, m)
         if self.null_key is not None:
             Vt = torch.cat([self.null_value[None, :, :, None].expand(B, -1, -1, 1), Vt], dim=-1)  # (B, h, m_v, 1+m)
         chunks = []

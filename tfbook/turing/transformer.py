@@ -279,8 +279,12 @@ class TMTransformer(Construction):
         steps = [(name, attn.get(name, layer)) for name, layer in self.named_layers()
                  if correct or not name.endswith(".round")]
         B = len(xs)
-        cache = {name: torch.zeros(B, T + 1, self.w, dtype=DTYPE, device=device)
+        # projected key/value caches: each step projects only its own position (the paper's decoder
+        # attends to every earlier position; nothing is re-projected)
+        cache = {name: (torch.zeros(B, layer.num_heads, layer.W_K.shape[1], T + 1, dtype=DTYPE, device=device),
+                        torch.zeros(B, layer.num_heads, layer.W_V.shape[1], T + 1, dtype=DTYPE, device=device))
                  for name, layer in steps if layer.kind == "attn"}
+        enc_kv = {name: layer.project_memory(enc) for name, layer in steps if layer.kind == "xattn"}
         scores = {name: [] for name, layer in steps if layer.kind in ("attn", "xattn")} if record else {}
         outputs, writes, per_layer = [], [], []
         h = self.h0.to(device).expand(B, 1, -1)  # (B, 1, w)
@@ -291,10 +295,11 @@ class TMTransformer(Construction):
                 if layer.kind == "attn":
                     if name == "C0.attn":
                         writes.append(h[:, 0])
-                    cache[name][:, t] = h[:, 0]
-                    kw = {"memory": cache[name][:, : t + 1]}
+                    K, V = cache[name]
+                    K[..., t:t + 1], V[..., t:t + 1] = layer.project_memory(h)
+                    kw = {"kv": (K[..., : t + 1], V[..., : t + 1])}
                 elif layer.kind == "xattn":
-                    kw = {"memory": enc, "key_mask": enc_mask}
+                    kw = {"kv": enc_kv[name], "key_mask": enc_mask}
                 else:
                     kw = {}
                 if record and kw:
@@ -469,4 +474,4 @@ def build_transformer(tm: TuringMachine, T: int, device=None) -> TMTransformer:
     theta_cls = lay.vector({**{("st", zi[z]): 1.0 for z in tm.accept}, **{("st", zi[z]): -1.0 for z in tm.reject}})
     model = TMTransformer(states, A, sorted(tm.accept), T, P, layers, E, h0, theta_cls)
     device = torch.device(device or default_device())
-    return model if device.type == "cpu" else nn.Module._apply(model, lambda t: t.to(device))
+    return model.to(device)
