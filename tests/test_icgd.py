@@ -322,3 +322,13 @@ def test_experiment_pieces_small():
     assert float(ex.r2(ts.y, ts.y).min()) == 1.0
     res = ex.evaluate(cfg, {"relu": model}, [4])
     assert set(res) == set(cfg.mixtures) and "GD baseline" in res[0.0] and len(res[0.0]["relu"]["r2"]) == 9
+
+
+def test_interpolant_accepts_scalar_and_numpy_functions():
+    import numpy as np
+
+    t = -1.5 + 3.0 * torch.arange(7, dtype=DTYPE) / 6  # the knots -R + 2Rm/M
+    for g in (math.tanh, np.tanh, lambda v: v ** 2):
+        rs = interpolant(g, 1.5, 6)
+        want = torch.tensor([float(g(float(v))) for v in t], dtype=DTYPE)
+        assert rs.num_terms == 7 and float((rs(t) - want).abs().max()) <= 1e-12

@@ -65,9 +65,11 @@ def interpolant(g: Callable[[torch.Tensor], torch.Tensor], R: float, M: int) -> 
     """The linear interpolant of ``g`` on ``M`` equal pieces of ``[-R, R]``, ``M + 1`` terms."""
     R = float(validate.real("R", R, low=0.0, low_open=True))
     M = validate.positive_int("M", M)
-    knots = torch.linspace(-R, R, M + 1, dtype=DTYPE)
-    knots[0], knots[-1] = -R, R
-    values = torch.as_tensor(g(knots), dtype=DTYPE)
+    knots = -R + 2 * R * torch.arange(M + 1, dtype=DTYPE) / M  # (M + 1,): -R + 2Rm/M
+    try:
+        values = torch.as_tensor(g(knots), dtype=DTYPE).reshape(M + 1)
+    except (TypeError, RuntimeError, ValueError):  # a scalar function (e.g. math.tanh): one knot at a time
+        values = torch.tensor([float(g(float(k))) for k in knots], dtype=DTYPE)
     slopes = (values[1:] - values[:-1]) / (knots[1:] - knots[:-1])  # (M,)
     changes = torch.cat([slopes[:1], slopes[1:] - slopes[:-1]])
     a, c = _unit_terms(changes, knots[:-1])
