@@ -42,10 +42,10 @@ class SlotModel(Construction):
         return self.counted_sizes().stored
 
 
-def _model(layout: Layout, *gadgets: gd.Gadget) -> SlotModel:
+def _model(layout: Layout, phase: str, *gadgets: gd.Gadget) -> SlotModel:
     plan = gd.Planner(layout)
     for g in gadgets:
-        plan.add(g)
+        plan.add(g, phase=phase)
     return SlotModel(plan.layout, plan.layers())
 
 
@@ -53,13 +53,13 @@ def build_token_sum(d: int, n: int) -> SlotModel:
     """One head, W_Q = W_K = 0, that writes the sum of the n tokens' ``x`` slot into every token's ``sum`` slot."""
     d, n = validate.positive_int("d", d), validate.positive_int("n", n)
     layout = Layout([("x", d), ("sum", d)])
-    return _model(layout, gd.uniform_sum([("x", i) for i in range(d)], [("sum", i) for i in range(d)], n))
+    return _model(layout, "sum", gd.uniform_sum([("x", i) for i in range(d)], [("sum", i) for i in range(d)], n))
 
 
 def build_abs_max() -> SlotModel:
     """One feed-forward layer: ``abs`` <- |x| and ``max`` <- max(x, y), exactly (5 ReLUs)."""
     layout = Layout([("x", 1), ("y", 1), ("abs", 1), ("max", 1)])
-    return _model(layout, gd.absolute("x", "abs"), gd.maximum("x", "y", "max"))
+    return _model(layout, "absmax", gd.absolute("x", "abs"), gd.maximum("x", "y", "max"))
 
 
 def build_squaring(m: int) -> SlotModel:
@@ -72,7 +72,7 @@ def build_squaring(m: int) -> SlotModel:
     replace y by g(y).
     """
     m = validate.positive_int("m", m)
-    return _model(Layout([("x", 1), ("S", 1)]), gd.square("x", "S", k=1, L=m, tag="sq"))
+    return _model(Layout([("x", 1), ("S", 1)]), "square", gd.square("x", "S", k=1, L=m, tag="sq"))
 
 
 def run_squaring(model: SlotModel, x: torch.Tensor) -> torch.Tensor:

@@ -70,7 +70,7 @@ class ColsymTransformer(Construction):
                  keys: dict[int, list[Key]], placements: Mapping[str, gd.Placement]):
         super().__init__(layout, layers)
         self.d, self.n, self.s, self.N, self.L, self.k = d, n, s, N, L, k
-        self.keys, self.placements = keys, dict(placements)
+        self.keys, self.placements, self.normalized = keys, dict(placements), False
         self.attention_block = self.placements["sum"].first  # index of the attention layer
 
     def gadget_layers(self, tag: str) -> list[str]:
@@ -109,13 +109,14 @@ class ColsymTransformer(Construction):
         return self.counted_sizes().nonzero
 
     def embed(self, X: torch.Tensor) -> torch.Tensor:
-        """(batch, d, n) -> (batch, n, D): the columns of X become tokens, [X; 0]."""
+        """(batch, d, n) -> (batch, n, D): the columns of X become tokens, [X; 0], in the weights' dtype."""
         X = torch.as_tensor(X)
         if X.ndim != 3 or X.shape[1] != self.d or X.shape[2] != self.n:
             raise ValueError(f"X must have shape (batch, d={self.d}, n={self.n}), got {tuple(X.shape)}")
         if not torch.is_floating_point(X) or torch.isnan(X).any() or (X < 0).any() or (X > 1).any():
             raise ValueError("X must be a float tensor with entries in [0, 1]")
-        return super().embed(x=X.transpose(1, 2).to(DTYPE))
+        H = super().embed(x=X.transpose(1, 2).to(DTYPE))
+        return H.to(next(self.parameters()).dtype)  # float64, or float32 after model.to(torch.float32)
 
     def stream(self, X: torch.Tensor, return_all: bool = False, upto: Optional[int] = None):
         """The (batch, n, D) stream after all layers (every state with ``return_all``), or after the first ``upto``."""
@@ -131,12 +132,13 @@ class ColsymTransformer(Construction):
 
     def read_msp(self, X: torch.Tensor, T: Key) -> torch.Tensor:
         """The approximation of P_T held in column 0, for any T of degree <= s."""
-        return self.stream(X)[:, 0, self.layout.index(f"P{tuple(T)}")]
+        return self.msp_values(X)[tuple(T)]
 
     def msp_values(self, X: torch.Tensor) -> dict[Key, torch.Tensor]:
-        """Every approximated P_T (column 0) from one forward pass: {T: (batch,)}."""
+        """Every approximated P_T (column 0) from one forward pass: {T: (batch,)} (rescaled by n^r when normalized)."""
         H = self.stream(X)[:, 0]  # (batch, D)
-        return {T: H[:, self.layout.index(f"P{T}")] for Ts in self.keys.values() for T in Ts}
+        return {T: H[:, self.layout.index(f"P{T}")] * (self.n ** len(T) if self.normalized else 1)
+                for Ts in self.keys.values() for T in Ts}
 
     def attention(self) -> Attention:
         """The single attention layer (Prop 2)."""
@@ -144,14 +146,16 @@ class ColsymTransformer(Construction):
 
 
 def build_transformer(coeffs: Mapping, d: int, n: int, N: int, L: int, clip: str = "falling",
-                      rule: str = "lu2021", signed: bool = False) -> ColsymTransformer:
+                      rule: str = "lu2021", signed: bool = False, normalized: bool = False) -> ColsymTransformer:
     """Theorem 1: a one-head transformer approximating f = coeffs[()] + sum_T coeffs[T] P_T on [0,1]^{d x n}.
 
     ``clip``: ``"falling"`` clips rank-r values to [0, n!/(n-r)!] (exact zeros for r > n; our default),
     ``"paper"`` to [0, n^r]; with ``"paper"`` a non-zero coefficient on a rank r > n term is rejected (P_T = 0
     there, but the construction's value is not, and the theorem's bound does not account for it). ``rule``
     picks k from N (see `choose_k`). ``signed=True`` allows negative coefficients (the bound then uses
-    sum |c_T| P_T(1)).
+    sum |c_T| P_T(1)). ``normalized=True`` stores q_T = P_T / n^r instead of P_T and runs
+    q_T = clip_[0, M_r / n^r](psi(q_{T^-}, q_{alpha_r}) - sum_j q_{T_j} / n): no weight grows like n^r, which
+    avoids losing digits when n^s is large; the read-out multiplies by c_T n^r.
     """
     d, n = validate.positive_int("d", d), validate.positive_int("n", n)
     N, L = validate.positive_int("N", N), validate.positive_int("L", L)
@@ -179,7 +183,8 @@ def build_transformer(coeffs: Mapping, d: int, n: int, N: int, L: int, clip: str
     for Ts in keys.values():
         for T in Ts:
             plan.layout.add(f"P{T}")
-    writes = [{f"P{((a,))}": 1.0, "out": c.get((a,), 0.0)} for a in alphas]
+    scale = 1.0 / n if normalized else 1.0  # q_alpha = P_alpha / n
+    writes = [{f"P{((a,))}": scale, "out": c.get((a,), 0.0)} for a in alphas]
     plan.add(gd.uniform_sum([mono[a] for a in alphas], writes, n, constant={"out": c.get((), 0.0)}, tag="sum"),
              phase="sum")
 
@@ -189,12 +194,17 @@ def build_transformer(coeffs: Mapping, d: int, n: int, N: int, L: int, clip: str
         for T in keys[r]:
             T_minus, last, T_js = lemma3_terms(T)
             psi = f"q{T}.psi"
-            plan.add(gd.product({f"P{T_minus}": 1.0 / n ** (r - 1)}, {f"P{((last,))}": 1.0 / n}, psi, k, L,
-                                tag=f"q{T}"), phase=f"rank{r}")
-            v = gd.combine((float(n**r), psi), *[(-1.0, f"P{Tj}") for Tj in T_js])
-            plan.add(gd.clip(v, {f"P{T}": 1.0, "out": c.get(T, 0.0)}, 0.0, float(M_r), tag=f"clip{T}"),
-                     phase=f"rank{r}")
-    return ColsymTransformer(plan.layout, plan.layers(), d, n, s, N, L, k, keys, plan.placements)
+            if normalized:  # q_T = clip(psi(q_{T^-}, q_alpha) - sum_j q_{T_j} / n), out += c_T n^r q_T
+                u, w, n_r, M, out = {f"P{T_minus}": 1.0}, {f"P{((last,))}": 1.0}, 1.0, M_r / n**r, n**r * c.get(T, 0.0)
+                v = gd.combine((1.0, psi), *[(-1.0 / n, f"P{Tj}") for Tj in T_js])
+            else:  # P_T = clip(n^r psi(P_{T^-} / n^{r-1}, P_alpha / n) - sum_j P_{T_j}), out += c_T P_T
+                u, w, M, out = {f"P{T_minus}": 1.0 / n ** (r - 1)}, {f"P{((last,))}": 1.0 / n}, M_r, c.get(T, 0.0)
+                v = gd.combine((float(n**r), psi), *[(-1.0, f"P{Tj}") for Tj in T_js])
+            plan.add(gd.product(u, w, psi, k, L, tag=f"q{T}"), phase=f"rank{r}")
+            plan.add(gd.clip(v, {f"P{T}": 1.0, "out": out}, 0.0, float(M), tag=f"clip{T}"), phase=f"rank{r}")
+    model = ColsymTransformer(plan.layout, plan.layers(), d, n, s, N, L, k, keys, plan.placements)
+    model.normalized = bool(normalized)
+    return model
 
 
 def paper_sizes(d: int, s: int, N: int, L: int) -> Sizes:
@@ -222,3 +232,9 @@ def random_coeffs(d: int, s: int, seed: int, density: float = 0.5) -> dict[Key, 
     out[top[int(torch.randint(len(top), (1,), generator=gen))]] = 1.0
     return out
 
+
+
+def moved(model: Construction, device=None, dtype: Optional[torch.dtype] = None) -> Construction:
+    """The model with its weights moved to ``device`` and/or ``dtype`` (in place, as `torch.nn.Module.to` does)."""
+    torch.nn.Module._apply(model, lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None))
+    return model

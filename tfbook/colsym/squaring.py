@@ -76,3 +76,28 @@ def run_converted(model: Construction, x: torch.Tensor) -> torch.Tensor:
     H = torch.zeros(x.shape[0], 1, model.layout.dim, dtype=DTYPE, device=x.device)
     H[:, 0, : x.shape[1]] = x
     return model(H)[:, 0, 0]
+
+
+def _single(layout: Layout, gadget: gd.Gadget, phase: str) -> Construction:
+    plan = gd.Planner(layout)
+    plan.add(gadget, phase=phase)
+    return Construction(plan.layout, plan.layers())
+
+
+def build_sawtooth(m: int) -> Construction:
+    """Lemma 7's g_m as m residual feed-forward layers of two ReLUs (one hat per layer): slots ``x`` -> ``g``."""
+    return _single(Layout([("x", 1), ("g", 1)]), gd.sawtooth("x", "g", 1, validate.positive_int("m", m), tag="saw"),
+                   "sawtooth")
+
+
+def build_product(N: int, L: int, rule: str = "lu2021") -> Construction:
+    """The product gadget exactly as the Theorem 1 transformer uses it (residual form, L+1 layers): ``x, y -> psi``."""
+    k, L = choose_k(N, rule), validate.positive_int("L", L)
+    return _single(Layout([("x", 1), ("y", 1)]), gd.product("x", "y", "psi", k, L, tag="prod"), "product")
+
+
+def run_slots(model: Construction, out: str, **inputs: torch.Tensor) -> torch.Tensor:
+    """Evaluate a scalar gadget network: equal-shaped tensors for its input slots (one token each) -> ``out``."""
+    first = next(iter(inputs.values()))
+    flat = {name: validate.tensor(name, v).reshape(1, -1) for name, v in inputs.items()}
+    return model.read(model(model.embed(**flat)), out)[0, :, 0].reshape(first.shape)
