@@ -22,7 +22,7 @@ from tfbook.colsym.algebra import (canonical, count_bounds, degree, decompose_co
 from tfbook.colsym.bounds import (impl_depth, paper_depth, paper_width, prop1_depth, prop1_width,
                                   recursion_constant, recursive_error_bound, section8_constant, sup_norm,
                                   theorem1_bound_from)
-from tfbook.colsym.construction import (ColsymTransformer, build_transformer, example1_coeffs, moved, paper_sizes,
+from tfbook.colsym.construction import (ColsymTransformer, build_transformer, example1_coeffs, paper_sizes,
                                         random_coeffs, validate_coeffs)
 from tfbook.colsym.squaring import (FNN, build_product, build_product_fnn, build_sawtooth, build_square_fnn, choose_k,
                                     fnn_to_transformer, product_error, run_converted, run_slots, squaring_error)
@@ -55,7 +55,7 @@ bench.register("colsym: Theorem 1, d=2 s=3 N=4 L=4, n=1024, batch 8", _bench_bui
 __all__ = [
     "ColsymTransformer", "FNN", "build_product", "build_product_fnn", "build_sawtooth", "build_square_fnn", "build_transformer", "canonical",
     "choose_k", "count_bounds", "decompose_column_symmetric", "enumerate_msp", "enumerate_multi_indices",
-    "evaluate", "example1_coeffs", "expand", "fnn_to_transformer", "impl_depth", "lemma3_terms", "max_value", "moved",
+    "evaluate", "example1_coeffs", "expand", "fnn_to_transformer", "impl_depth", "lemma3_terms", "max_value",
     "msp", "msp_bruteforce", "msp_partition", "msp_symbolic", "paper_depth", "paper_sizes", "paper_width",
     "product_error", "prop1_depth", "prop1_width", "random_coeffs", "recursion_constant", "recursive_error_bound",
     "run_converted", "run_slots", "section8_constant",

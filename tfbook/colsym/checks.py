@@ -59,16 +59,16 @@ def prop2(claims: cl.Claims, model: ColsymTransformer, X: torch.Tensor) -> float
     Returns the worst ratio error / bound."""
     n, A = model.n, model.attention_block
     e_psi = product_error(model.N, model.L)
-    trace = model.trace(model.embed(X))
-    name = model.layer_names[A]
-    weights = trace.attention[name]  # (batch, 1, n, n)
+    layer = model.attention()
+    H0 = model.stream(X, upto=A)  # (batch, n, D): the stream entering the attention layer
+    weights = layer.attention_weights(H0)  # (batch, 1, n, n)
     claims.check("Prop 2", "attention weights equal 1/n exactly (max deviation)", float((weights - 1 / n).abs().max()),
                  0.0, "==")
-    head = model.attention().heads[0]
+    head = layer.heads[0]
     claims.check("Prop 2", "W_Q = W_K = 0 (largest entry)", float(torch.cat([head.W_Q, head.W_K]).abs().max()), 0.0, "==")
-    counts = f"{sum(l.kind == 'attn' for l in model.layers)} / {model.attention().num_heads}"
+    counts = f"{sum(l.kind == 'attn' for l in model.layers)} / {layer.num_heads}"
     claims.check("Prop 2", "attention layers / heads in the whole model", counts, "1 / 1", "==")
-    H1 = trace.state(name)
+    H1 = layer(H0)
     worst, spread, exact = 0.0, 0.0, 0.0
     for alpha in enumerate_multi_indices(model.d, model.s):
         P = model.read(H1, f"P{((alpha,))}")[..., 0]  # (batch, n)

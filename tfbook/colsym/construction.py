@@ -233,8 +233,3 @@ def random_coeffs(d: int, s: int, seed: int, density: float = 0.5) -> dict[Key, 
     return out
 
 
-
-def moved(model: Construction, device=None, dtype: Optional[torch.dtype] = None) -> Construction:
-    """The model with its weights moved to ``device`` and/or ``dtype`` (in place, as `torch.nn.Module.to` does)."""
-    torch.nn.Module._apply(model, lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None))
-    return model
