@@ -110,7 +110,7 @@ def test_selector_selects_ranks_on_permuted_importance(code):
     importance = {(0, 0): 1.0, (): -0.5}
     N = 7 * 3
     gap = 1.0 / (N - 1)
-    kw = {"code_dim": 4096} if code == "random" else {}
+    kw = {"code_dim": 64} if code == "random" else {}
     model = build_selector(importance, channels, 2, V, gap, code=code, **kw)
     assert model.num_layers == len(channels) + 1 and model.period == math.lcm(3, 7)
     X = rand(3, 2, N)
