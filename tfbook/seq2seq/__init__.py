@@ -12,7 +12,6 @@ Public API (see the chapter book/seq2seq):
 * Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `TinyViT`.
 """
 import torch
-from torch import nn
 
 from tfbook import bench
 from tfbook.seq2seq.masking import TinyViT, global_greedy_mask, greedy_mask, jaccard, train_classifier
@@ -32,16 +31,14 @@ __all__ = ["G_count", "PaperSizes", "Seq2SeqTransformer", "TinyViT", "a_dagger",
 
 
 def _bench_extractor(device: torch.device):
-    model = build_extractor([(0, -300), (0, 0), (1, 150), (1, 299)], 2, 300)
-    model = model if device.type == "cpu" else nn.Module.to(model, device)
+    model = build_extractor([(0, -300), (0, 0), (1, 150), (1, 299)], 2, 300).to(device)
     X = torch.rand(2, 2, 2 * 601, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
     return model, X
 
 
 def _bench_selector(device: torch.device):
     V, N = 8, 51 * 3
-    model = build_selector({(0, 0): 1.0, (0, 1): 0.25}, [[1], [1], [1], [1]], 2, V, gap=1.0 / (4 * N))
-    model = model if device.type == "cpu" else nn.Module.to(model, device)
+    model = build_selector({(0, 0): 1.0, (0, 1): 0.25}, [[1], [1], [1], [1]], 2, V, gap=1.0 / (4 * N)).to(device)
     X = torch.rand(8, 2, N, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
     return model, X
 

@@ -32,8 +32,9 @@ def _steps(steps: Optional[int], N: int) -> int:
 def greedy_mask(predict: Predict, x: torch.Tensor, label: int, steps: Optional[int] = None,
                 mask_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(order (steps,), probs (steps+1,)): the paper's greedy masking of one input x (d, N)."""
-    if not isinstance(x, torch.Tensor) or x.ndim != 2:
-        raise ValueError(f"x must be a (d, N) tensor, got {getattr(x, 'shape', type(x))}")
+    x = torch.as_tensor(x)
+    if x.ndim != 2:
+        raise ValueError(f"x must be a (d, N) tensor, got shape {tuple(x.shape)}")
     label = validate.positive_int("label", label, 0)
     steps = _steps(steps, x.shape[1])
     mask_value = validate.real("mask_value", mask_value)
@@ -59,8 +60,9 @@ def greedy_mask(predict: Predict, x: torch.Tensor, label: int, steps: Optional[i
 def global_greedy_mask(predict: Predict, X: torch.Tensor, labels, steps: Optional[int] = None,
                        mask_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """One mask for all inputs X (b, d, N), greedily maximising the mean of p(label_b); (order, mean probs)."""
-    if not isinstance(X, torch.Tensor) or X.ndim != 3:
-        raise ValueError(f"X must be a (b, d, N) tensor, got {getattr(X, 'shape', type(X))}")
+    X = torch.as_tensor(X)
+    if X.ndim != 3:
+        raise ValueError(f"X must be a (b, d, N) tensor, got shape {tuple(X.shape)}")
     labels = torch.as_tensor(labels, dtype=torch.long)
     if labels.shape != (X.shape[0],):
         raise ValueError(f"labels must have shape ({X.shape[0]},), got {tuple(labels.shape)}")

@@ -60,7 +60,7 @@ def gamma(s: Sequence[int], a: Sequence[float], kind: str) -> float:
     a = _check_a(a, kind)
     if len(s) != len(a):
         raise ValueError(f"s must have len(a) = {len(a)} entries, got {len(s)}")
-    s = [validate.positive_int("s", v, 0) for v in s]
+    s = [validate.real("s", v, low=0) for v in s]
     if kind == "mixed":
         return float(sum(ak * sk for ak, sk in zip(a, s)))
     return float(max(ak * sk for ak, sk in zip(a, s)))
