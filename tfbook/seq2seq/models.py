@@ -230,6 +230,23 @@ class Seq2SeqTransformer(Construction):
         return super().trace(H)
 
 
+class ReLUNetwork(Construction):
+    """A ReLU FNN A_L η(... η(A_1 x + b_1) ...) + b_L (no skip connection) on core FeedForward layers.
+
+    Called on columns x of shape (n_0, batch) (NumPy or torch); returns (n_L, batch) of the same kind.
+    """
+
+    def __init__(self, maps: Sequence[tuple[sp.spmatrix, np.ndarray]]):
+        n_in = maps[0][0].shape[1]
+        super().__init__(Layout([("x", n_in)]), _ffn_layers(maps, "f"))
+
+    def forward(self, x):
+        as_numpy = not isinstance(x, torch.Tensor)
+        H = torch.as_tensor(np.asarray(x) if as_numpy else x, dtype=DTYPE).T[None]  # (1, batch, n_0)
+        out = super().forward(H)[0].T  # (n_L, batch)
+        return out.numpy() if as_numpy else out
+
+
 # --- Theorem 4.2: relative-offset extraction -------------------------------------------------------
 def _check_offsets(offsets, d: int, U: int, name: str) -> list[tuple[int, int]]:
     try:
