@@ -269,3 +269,28 @@ def test_selection_reference_ranks():
     assert chosen[0, :, 0].tolist() == [1, -1]  # window of 0: positions 4, 0, 1 -> 0.7, 0.1, 0.9
     assert feats[0, :, 0].tolist() == [0.9, 0.7]
     assert torch.equal(shift(X, 1)[0, 0], torch.tensor([0.9, 0.5, 0.3, 0.7, 0.1], dtype=torch.float64))
+
+
+def test_relu_network_on_core_layers_matches_maps():
+    from tfbook.seq2seq import ReLUNetwork, trig_network
+    from tfbook.seq2seq.relu import run_maps
+    coeffs = {(2, 0): 0.5, (-1, 3): -0.25}
+    maps, bound = trig_network(coeffs, 2, 2.0**-10)
+    x = rand(2, 500).numpy()
+    assert abs(ReLUNetwork(maps)(x) - run_maps(maps, x)).max() <= 1e-12
+    truth = trig_eval(coeffs, torch.tensor(x.T)).numpy()
+    assert abs(run_maps(maps, x)[0] - truth).max() <= bound <= 2.0**-10
+
+
+def test_sieve_and_oracle_helpers():
+    import numpy as np
+    from tfbook.seq2seq import estimation as est
+    coeffs = {(0, 0): 0.2, (1, 0): -0.5, (0, -1): 0.3}
+    Xf = np.random.default_rng(0).uniform(size=(300, 2))
+    y = est.evaluate(coeffs, Xf)
+    assert abs(y - trig_eval(coeffs, torch.tensor(Xf)).numpy()).max() <= 1e-12
+    fit = est.sieve_fit(Xf, y, (1.0, 1.0), "mixed", 2.5)  # the sieve contains the target: exact recovery
+    assert est.l2_risk(fit, coeffs) <= 1e-20
+    assert math.isclose(est.l2_risk({(1, 0): 0.5}, {(1, 0): 0.2, (0, 1): 0.4}), 0.09 + 0.16)
+    assert math.isclose(est.oracle_bound(math.log(3), 10, 1.0, 1.0), (32 * (math.log(3) + 1) + 8 * (37 / 9 * math.log(3) + 40)) / 10)
+    assert math.isclose(est.sieve_level(2**9, (1.0, 3.0), "mixed"), 3.0)
