@@ -283,6 +283,17 @@ class _StackedLayer(nn.Module):
         """Total value width, heads x m_v (the width of the concatenated head outputs)."""
         return self.W_V.shape[0] * self.W_V.shape[1]
 
+    def _residual(self, H: torch.Tensor, O: torch.Tensor) -> torch.Tensor:
+        """H plus the heads' outputs O (B, h, m_v, n) written through W_O, with any active perturbation."""
+        if _ACTIVE:
+            factors = _head_scale(self, self.num_heads, H.device)
+            if factors is not None:
+                O = O * factors[:, None, None]
+        update = _write_out(self.W_O, O)  # (B, n, D)
+        if _ACTIVE:
+            update = _perturb_update(self, update)
+        return H + update
+
     def _dense_qk(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(h, D, D) Q and K with <Q h, K h'> = (W_Q h) . (W_K h') and no biases."""
         if any(b is not None and bool(b.any()) for b in (self.b_Q, self.b_K, self.b_V)):
@@ -504,7 +515,6 @@ class Attention(_StackedLayer):
         """H + the attention update; keys/values from H, ``memory``, or a projected cache ``kv``."""
         Qt, Kt, Vt, C = self._prepare(H, memory, key_mask, kv)  # (B, h, m_qk, n), (B, h, m_qk, m), (B, h, m_v, m)
         B, n, m = H.shape[0], H.shape[1], Kt.shape[-1]
-        factors = _head_scale(self, self.num_heads, H.device) if _ACTIVE else None
         if self.null_key is not None:
             Vt = torch.cat([self.null_value[None, :, :, None].expand(B, -1, -1, 1), Vt], dim=-1)  # (B, h, m_v, 1+m)
         chunks = []
@@ -512,13 +522,7 @@ class Attention(_StackedLayer):
             # contiguous (small) chunk inputs keep the large score tensor in the standard layout
             S = self._scores(Qt[:, sl].contiguous(), Kt[:, sl].contiguous(), sl)  # (B, hc, n, m[+1])
             chunks.append(Vt[:, sl].contiguous() @ self._normalize(S, C).transpose(-1, -2))  # (B, hc, m_v, n)
-        O = torch.cat(chunks, dim=1)  # (B, h, m_v, n)
-        if factors is not None:
-            O = O * factors[:, None, None]
-        update = _write_out(self.W_O, O)  # (B, n, D)
-        if _ACTIVE:
-            update = _perturb_update(self, update)
-        return H + update
+        return self._residual(H, torch.cat(chunks, dim=1))  # head outputs (B, h, m_v, n)
 
     def extra_repr(self) -> str:
         return (f"name={self.name!r}, kind={self.kind}, heads={self.num_heads}, normalization={self.normalization}, "
@@ -545,15 +549,7 @@ class ElementwiseMultiplication(_StackedLayer):
     def forward(self, H: torch.Tensor) -> torch.Tensor:
         if H.ndim != 3 or H.shape[-1] != self.D:
             raise ValueError(f"H must have shape (batch, n, {self.D}), got {tuple(H.shape)}")
-        O = self.gates(H)[:, :, None, :] * _project(H, self.W_V, self.b_V)  # (B, h, m_v, n)
-        if _ACTIVE:
-            factors = _head_scale(self, self.num_heads, H.device)
-            if factors is not None:
-                O = O * factors[:, None, None]
-        update = _write_out(self.W_O, O)  # (B, n, D)
-        if _ACTIVE:
-            update = _perturb_update(self, update)
-        return H + update
+        return self._residual(H, self.gates(H)[:, :, None, :] * _project(H, self.W_V, self.b_V))  # (B, h, m_v, n)
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, kind=ewml, heads={self.num_heads}"
