@@ -332,3 +332,36 @@ def test_interpolant_accepts_scalar_and_numpy_functions():
         rs = interpolant(g, 1.5, 6)
         want = torch.tensor([float(g(float(v))) for v in t], dtype=DTYPE)
         assert rs.num_terms == 7 and float((rs(t) - want).abs().max()) <= 1e-12
+
+
+def test_depth_sweep_small():
+    from dataclasses import replace
+
+    from tfbook.icgd import experiments as ex
+
+    cfg = ex.ExperimentConfig(d=3, target_width=4, train_points=6, test_points=8, width=16, heads=2, steps=5,
+                              test_prompts=32, seed=3)
+    out = ex.depth_sweep(cfg, [1, 2], ("softmax", "relu"))
+    s = out["settings"]
+    assert s["depths"] == [1, 2] and s["attentions"] == ["softmax", "relu"] and s["seed"] == 3
+    assert s["device"] == "cpu" and s["config"]["steps"] == 5 and s["torch"] == torch.__version__
+    for attention in ("softmax", "relu"):
+        assert set(out["curves"][attention]) == {1, 2}
+        for c in out["curves"][attention].values():
+            assert len(c["r2"]) == len(c["r2_within"]) == 9 and c["seconds"] >= 0
+            assert all(math.isfinite(v) for v in c["r2"] + c["r2_within"] + [c["final_loss"]])
+    # each depth is a different model: the two curves differ; the sweep is deterministic
+    assert out["curves"]["softmax"][1]["r2"] != out["curves"]["softmax"][2]["r2"]
+    again = ex.depth_sweep(cfg, [1, 2], ("softmax", "relu"))
+    assert again["curves"] == {a: {d: {**c, "seconds": again["curves"][a][d]["seconds"]} for d, c in v.items()}
+                               for a, v in out["curves"].items()}
+    # the depth-2 curve is the one `train` gives with blocks=2 on the same test prompts
+    model, _ = ex.train(replace(cfg, blocks=2), "relu")
+    ts = ex.test_set(cfg, 0.0, seed=cfg.seed + 100)
+    with torch.no_grad():
+        assert ex.r2(model(ts.x, ts.y), ts.y).tolist() == out["curves"]["relu"][2]["r2"]
+    for bad, name in (([], "depths"), ([0], "depths"), ([1.5], "depths")):
+        with pytest.raises(ValueError, match=name):
+            ex.depth_sweep(cfg, bad)
+    with pytest.raises(ValueError, match="attentions"):
+        ex.depth_sweep(cfg, [1], ("linear",))

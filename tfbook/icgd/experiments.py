@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 from torch import nn
@@ -248,3 +248,32 @@ def evaluate(cfg: ExperimentConfig, models: dict[str, ICLTransformer], gd_positi
 
 def config_dict(cfg: ExperimentConfig) -> dict:
     return asdict(cfg)
+
+
+def depth_sweep(cfg: ExperimentConfig, depths: list[int], attentions: tuple = ("softmax", "relu"),
+                device: torch.device = torch.device("cpu")) -> dict:
+    """Fig. 3 of the paper: train one model per depth (number of blocks) and attention with `train`, everything
+    else as in ``cfg``, and return in-distribution (omega2 = 0) R^2 against the number of in-context examples.
+
+    Returns ``{"settings": {config, depths, attentions, device, seed, torch}, "curves": {attention: {depth:
+    {"r2": [n], "r2_within": [n], "seconds": s, "final_loss": l}}}}`` with n = test_points + 1 positions.
+    Every model uses ``cfg.seed``, so the same arguments on the same device give the same curves.
+    """
+    depths = [validate.positive_int("depths", v) for v in depths]
+    if not depths:
+        raise ValueError("depths must be a non-empty list of ints >= 1, got []")
+    attentions = tuple(validate.choice("attentions", a, ("softmax", "relu")) for a in attentions)
+    ts = test_set(cfg, 0.0, seed=cfg.seed + 100)  # the in-distribution test set of `evaluate`
+    settings = {"config": config_dict(cfg), "depths": depths, "attentions": list(attentions),
+                "device": str(device), "seed": cfg.seed, "torch": torch.__version__}
+    curves: dict = {}
+    for attention in attentions:
+        curves[attention] = {}
+        for depth in depths:
+            model, log = train(replace(cfg, blocks=depth), attention, device)
+            with torch.no_grad():
+                pred = model(ts.x.to(device), ts.y.to(device)).cpu()  # (P, n)
+            curves[attention][depth] = {"r2": r2(pred, ts.y).tolist(),
+                                        "r2_within": r2_within(pred, ts.y, ts.within_var).tolist(),
+                                        "seconds": log["seconds"], "final_loss": log["losses"][-1]}
+    return {"settings": settings, "curves": curves}
