@@ -47,9 +47,10 @@ def candidate_inputs(model: ColsymTransformer, n_random: int, seed: int, device=
     pool = torch.cat([midpoints, pairs, torch.randint(0, G + 1, shape, generator=gen).to(DTYPE) / G])  # (3B, d, n)
     pick = torch.randint(0, pool.shape[0], (n_random,), generator=gen)
     constant = pool[pick, :, :1].expand(-1, -1, n).contiguous()  # one column repeated
-    levels = torch.arange(2 * G + 1, dtype=DTYPE) / (2 * G)
-    if len(levels) > 4 * n_random:
-        levels = levels[torch.randperm(len(levels), generator=gen)[: 4 * n_random]]
+    if 2 * G + 1 <= 4 * n_random:  # every grid point and midpoint
+        levels = torch.arange(2 * G + 1, dtype=DTYPE) / (2 * G)
+    else:  # a random sample of them (never materialise the 2G + 1 levels: G = 2^(Lk) can be 2^40)
+        levels = torch.randint(0, 2 * G + 1, (4 * n_random,), generator=gen).to(DTYPE) / (2 * G)
     batches = {
         "all ones": torch.ones(1, d, n, dtype=DTYPE),
         "all zeros": torch.zeros(1, d, n, dtype=DTYPE),
