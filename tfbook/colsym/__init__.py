@@ -6,8 +6,10 @@ Public API (the issue's contract):
 * `msp(T, X)`: P_T evaluated exactly
 * `theorem1_bound(coeffs, d, n, N, L)` = 8^s ||f||_inf N^-L, `paper_width(d, s, N)`, `paper_depth(s, L)`
 
-Submodules: `algebra` (the P_T basis, Lemmas 3 and 6, counts), `squaring` (Lemmas 1, 2, 7),
-`construction` (Props 1-3 and the read-out), `bounds` (eq. (4), size formulas), `verify` (sup-error search).
+Submodules: `algebra` (the P_T basis, Lemmas 3 and 6, counts), `squaring` (Lemmas 1, 2, 7 on `tfbook.gadgets`),
+`construction` (Props 1-3 and the read-out, `paper_sizes`), `bounds` (eq. (4), Section 8's constant, size
+formulas), `verify` (sup-error search), `checks` (the claims, shared by notebooks and mutation tests),
+`flatten` (the Section 9.1 network on the flattened input, built).
 """
 from __future__ import annotations
 
