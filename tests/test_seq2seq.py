@@ -11,8 +11,8 @@ from tfbook.layers import perturb
 from tfbook.seq2seq import (G_count, a_dagger, attention_error_bound, block_frequencies, blocks_below,
                             build_approximator, build_extractor, build_selector, chi_for, codes, coherence,
                             estimation_rate, extract_reference, frequency_block, gamma, global_greedy_mask,
-                            greedy_mask, important_coords, jaccard, paper_forward, psi, selection_reference, shift,
-                            trig_eval)
+                            greedy_mask, important_coords, jaccard, make_motif_dataset, paper_forward, psi,
+                            selection_reference, shift, trig_eval)
 from tfbook.seq2seq.checks import check_equivariance, check_extraction, check_selection
 
 G = torch.Generator().manual_seed(7)
@@ -294,3 +294,24 @@ def test_sieve_and_oracle_helpers():
     assert math.isclose(est.l2_risk({(1, 0): 0.5}, {(1, 0): 0.2, (0, 1): 0.4}), 0.09 + 0.16)
     assert math.isclose(est.oracle_bound(math.log(3), 10, 1.0, 1.0), (32 * (math.log(3) + 1) + 8 * (37 / 9 * math.log(3) + 40)) / 10)
     assert math.isclose(est.sieve_level(2**9, (1.0, 3.0), "mixed"), 3.0)
+
+
+def test_motif_dataset_shapes_range_motif_and_seed():
+    X, labels, motif = make_motif_dataset(200, 8, seed=5)
+    assert X.shape == (200, 4, 64) and labels.shape == (200,) and motif.shape == (200, 4)
+    assert float(X.min()) >= 0.0 and float(X.max()) <= 1.0 and set(labels.tolist()) == {0, 1, 2, 3}
+    for b in range(200):
+        r, c = divmod(int(motif[b, 0]), 8)
+        assert motif[b].tolist() == [r * 8 + c, r * 8 + c + 1, (r + 1) * 8 + c, (r + 1) * 8 + c + 1] and c < 7 and r < 7
+        high = X[b] == 1.0                                                  # (4, 64)
+        assert high[int(labels[b]), motif[b]].all()                         # the motif carries its class channel
+        assert int(high[int(labels[b])].sum()) == 4                         # and only the motif does
+        other = high.clone(); other[:, motif[b]] = False
+        assert int(other.sum()) == 4 and not other[int(labels[b])].any()    # two half-motifs of other classes
+        rest = X[b][~high]
+        assert float(rest.max()) <= 0.3                                     # background noise in [0, 0.3]
+    X2, l2, m2 = make_motif_dataset(200, 8, seed=5)
+    assert torch.equal(X, X2) and torch.equal(labels, l2) and torch.equal(motif, m2)
+    assert not torch.equal(X, make_motif_dataset(200, 8, seed=6)[0])
+    with pytest.raises(ValueError, match="grid"):
+        make_motif_dataset(10, 2)

@@ -9,12 +9,13 @@ Public API (see the chapter book/seq2seq):
   ReLU FNN), `build_selector` (Thm 4.5, App. F), `attention_error_bound`, `chi_for`, `pe_angle`;
 * the paper's definition run on paper-form weights: `paper_forward`, and ground truths
   `extract_reference`, `selection_reference`, `importance_values`;
-* Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `TinyViT`.
+* Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `make_motif_dataset`, `TinyViT`.
 """
 import torch
 
 from tfbook import bench
-from tfbook.seq2seq.masking import TinyViT, global_greedy_mask, greedy_mask, jaccard, train_classifier
+from tfbook.seq2seq.masking import (TinyViT, global_greedy_mask, greedy_mask, jaccard, make_motif_dataset,
+                                    train_classifier)
 from tfbook.seq2seq.models import (PaperSizes, ReLUNetwork, Seq2SeqTransformer, attention_error_bound, build_approximator,
                                    build_extractor, build_selector, chi_for, pe_angle, trig_network)
 from tfbook.seq2seq.reference import extract_reference, importance_values, paper_forward, selection_reference
@@ -26,6 +27,7 @@ __all__ = ["G_count", "PaperSizes", "ReLUNetwork", "Seq2SeqTransformer", "TinyVi
            "block_frequencies", "blocks_below", "build_approximator", "build_extractor", "build_selector", "chi_for",
            "codes", "coherence", "estimation_rate", "extract_reference", "frequency_block", "gamma",
            "global_greedy_mask", "greedy_mask", "important_coords", "importance_values", "jaccard", "lemma_c3_dim",
+           "make_motif_dataset",
            "paper_forward", "pe_angle", "psi", "selection_reference", "shift", "train_classifier", "trig_eval", "trig_network",
            "unit_ball_coeffs"]
 

@@ -3,7 +3,8 @@
 `greedy_mask` follows the paper: at each step mask the remaining token whose masking maximises the
 predicted probability of the correct class (ties to the smallest index). `global_greedy_mask`
 chooses one mask shared by a set of inputs (a "fixed smoothness" baseline); `jaccard` compares
-kept-token sets. `TinyViT` is a small vision transformer with the 2-D sinusoidal positional
+kept-token sets. `make_motif_dataset` builds the controlled synthetic images of the chapter (a class
+motif at a random location among distractors). `TinyViT` is a small vision transformer with the 2-D sinusoidal positional
 encoding of Remark 4.3, trained in float32 (torch's own encoder layers: this model is trained,
 not constructed).
 """
@@ -94,6 +95,51 @@ def jaccard(a, b) -> float:
     """|a ∩ b| / |a ∪ b| of two index sets (1 for two empty sets)."""
     a, b = {int(i) for i in a}, {int(i) for i in b}
     return 1.0 if not a and not b else len(a & b) / len(a | b)
+
+
+def make_motif_dataset(n: int, grid: int = 8, seed: int = 0, distractors: int = 2,
+                       noise: float = 0.3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Synthetic motif images: (X (n, 4, grid²) in [0, 1], labels (n,) in 0..3, motif token indices (n, 4)).
+
+    d = 4 channels, 4 classes. Every entry is background noise, uniform in [0, noise], except:
+
+    * the class-c motif, a 2×2 block at a uniformly random location whose 4 tokens have channel c equal to 1;
+    * `distractors` half-motifs: 2 adjacent tokens (a horizontal or vertical pair) with channel c' = 1 for
+      another class c' ≠ c, placed at random without touching the motif or each other.
+
+    Tokens are numbered row-major
+    (token = row·grid + col); the motif indices are sorted ascending. Deterministic in `seed`.
+    """
+    n = validate.positive_int("n", n)
+    grid = validate.positive_int("grid", grid, 3)
+    distractors = validate.positive_int("distractors", distractors, 0)
+    noise = validate.real("noise", noise, 0.0, 1.0, high_open=True)
+    gen = torch.Generator().manual_seed(int(seed))
+
+    def draw(high: int) -> int:
+        return int(torch.randint(high, (1,), generator=gen))
+
+    N = grid * grid
+    X = torch.rand(n, 4, N, generator=gen) * noise  # (n, d, N)
+    labels = torch.randint(4, (n,), generator=gen)
+    motifs = torch.empty(n, 4, dtype=torch.long)
+    for b in range(n):
+        c = int(labels[b])
+        r, q = draw(grid - 1), draw(grid - 1)
+        motif = [r * grid + q, r * grid + q + 1, (r + 1) * grid + q, (r + 1) * grid + q + 1]
+        X[b, c, motif] = 1.0
+        motifs[b] = torch.tensor(motif)
+        used = set(motif)
+        for _ in range(distractors):
+            other, vertical = (c + 1 + draw(3)) % 4, bool(draw(2))
+            while True:
+                r, q = draw(grid - int(vertical)), draw(grid - 1 + int(vertical))
+                half = [r * grid + q, (r + 1) * grid + q] if vertical else [r * grid + q, r * grid + q + 1]
+                if not used & set(half):
+                    break
+            X[b, other, half] = 1.0
+            used |= set(half)
+    return X, labels, motifs
 
 
 def sinusoidal_2d(rows: int, cols: int, dim: int) -> torch.Tensor:
