@@ -23,23 +23,30 @@ from tfbook.layout import Layout
 from tfbook.model import Construction
 
 
-class SlotNet(Construction):
+class BesovConstruction(Construction):
+    """The chapter's size accessors, each one `Sizes` field of `counted_sizes()`."""
+
+    @property
+    def width(self) -> int:
+        """The residual-stream width: ``counted_sizes().embed_dim``."""
+        return self.layout.dim
+
+    @property
+    def depth(self) -> int:
+        """The number of core layers: ``counted_sizes().layers``."""
+        return len(self.layers)
+
+    def num_parameters(self) -> int:
+        """Stored scalars: ``counted_sizes().stored``."""
+        return sum(p.numel() for p in self.parameters())
+
+
+class SlotNet(BesovConstruction):
     """A one-token construction: inputs written to coordinates ``inp``, the answer read from ``out_index``."""
 
     def __init__(self, layout, layers: list, inp, out_index: int):
         super().__init__(layout, layers)
         self.inp, self.out_index = [int(i) for i in np.ravel(inp)], int(out_index)
-
-    @property
-    def width(self) -> int:
-        return self.layout.dim
-
-    @property
-    def depth(self) -> int:
-        return len(self.layers)
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
     def _run(self, z: torch.Tensor) -> torch.Tensor:
         H = torch.zeros(z.shape[0], 1, self.layout.dim, dtype=DTYPE, device=z.device)

@@ -24,13 +24,12 @@ import numpy as np
 import torch
 
 from tfbook import validate
-from tfbook.besov.gadgets import bspline_net_error
+from tfbook.besov.gadgets import BesovConstruction, bspline_net_error
 from tfbook.besov.program import (FFLayer, Stream, add_clip, emit_clip, emit_product, emit_spline, num_saw,
                                   spline_depth, spline_scratch)
 from tfbook.besov.references import check_atoms, order
 from tfbook.device import DTYPE
 from tfbook.layers import Attention, Block, Transformer
-from tfbook.model import Construction
 
 
 def rounds(l: int) -> int:
@@ -56,7 +55,7 @@ def atom_width(m: int, d: int) -> int:
     return d * (3 + (m + 1) * (2 if m >= 2 else 1)) + 3 * num_saw(m, d) + 1
 
 
-class BesovTransformer(Construction):
+class BesovTransformer(BesovConstruction):
     """The built network; ``model(X)`` maps (batch, l, d) in [0, 1] to (batch,)."""
 
     def __init__(self, k: torch.Tensor, j: torch.Tensor, coeffs: torch.Tensor, m: int, m_q: int, gamma: float):
@@ -137,17 +136,6 @@ class BesovTransformer(Construction):
         """One (batch, l, l) attention matrix per attention layer (round)."""
         trace = self.trace(self.embed(X))
         return [trace.attention[name][:, 0] for name in self.attention_names]
-
-    @property
-    def width(self) -> int:
-        return self.layout.dim
-
-    @property
-    def depth(self) -> int:
-        return len(self.layers)
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.transformer.parameters())
 
     def sizes(self) -> dict:
         """The paper's TN(L, T, E, W, H, S, B), counted from the built layers (S adds l for the encoding)."""
