@@ -436,3 +436,18 @@ def test_reference_grid_evaluators_match_atoms():
     k, j, c = bv.aniso_interpolant(f, alpha, 4)
     lv = bv.levels(alpha, 4)[:, 0]
     assert torch.allclose(bv.expansion(Y[:, :, None], k, j, c, 1), bv.hat_interpolate(f, lv, Y), atol=1e-12)
+
+
+def test_hat_least_squares_reproduces_linear_functions_and_rejects_bad_input():
+    from tfbook.besov import estimation
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(200, 2, generator=g, dtype=torch.float64)
+    Phi = estimation.hat_features(X, [2, 1])
+    assert Phi.shape == (200, 5 * 3)
+    torch.testing.assert_close(Phi.sum(1), torch.ones(200, dtype=torch.float64))  # partition of unity
+    f = 0.3 + 2 * X[:, 0] - X[:, 1]  # in the span of tensor-product hats: recovered exactly
+    assert estimation.fit_and_test([2, 1], X, f, X[:50], f[:50]) < 1e-12
+    with pytest.raises(ValueError, match="kind must be one of"):
+        estimation.best_grid_mse(lambda X: X[:, 0], [1.0, 1.0], "sparse", 100, 0, 50)
+    with pytest.raises(ValueError, match="too small"):
+        estimation.best_grid_mse(lambda X: X[:, 0], [1.0, 1.0], "iso", 4, 0, 50)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 
 from tfbook import bench
+from tfbook.besov import estimation
+from tfbook.besov.estimation import best_grid_mse, hat_features
 from tfbook.besov.gadgets import (BSplineNet, ProductNet, bspline_net, bspline_net_error, product_error_range,
                                   product_net, product_reference, spline_factor_constant, yarotsky)
 from tfbook.besov.grids import (aniso_interpolant, hat_interpolate, levels, quantize, sparse_evaluate, sparse_interpolant, token_mask,
@@ -28,7 +30,7 @@ from tfbook.besov.transformer import (BesovTransformer, atom_width, build_transf
                                       paper_width, random_atoms, rounds, support_samples, transformer_sizes)
 
 __all__ = [
-    "BSplineNet", "BesovTransformer", "D", "ProductNet", "aniso_interpolant", "atom_width", "balance_fit",
+    "best_grid_mse", "estimation", "hat_features", "BSplineNet", "BesovTransformer", "D", "ProductNet", "aniso_interpolant", "atom_width", "balance_fit",
     "bspline", "bspline_net", "bspline_net_error", "build_transformer", "check_atoms", "delta", "error_bound",
     "eta", "expansion", "fnn_baseline", "hat_interpolate", "leak", "sparse_evaluate", "levels", "nu", "num_atoms", "paper_balance_power", "paper_width", "partner",
     "product_error_range", "product_net", "product_reference", "quantize", "random_atoms", "risk_exponents",
