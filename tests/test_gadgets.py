@@ -175,3 +175,92 @@ def test_bad_arguments():
         gd.clip("x", "o", 1.0, 0.5)
     with pytest.raises(ValueError, match="strictly increasing"):
         gd.interpolant("x", [0.0, 0.0], [1.0, 2.0], "o")
+
+
+# --- circuits: networks without skip connections ---------------------------------------------------
+def circuit_net(n_in: int, build) -> gd.FNN:
+    """The FNN of a circuit whose outputs are build(circuit, inputs)."""
+    c = gd.Circuit(n_in)
+    out = build(c, [c.input(k) for k in range(n_in)])
+    return gd.FNN(c.affine_maps(out if isinstance(out, list) else [out]))
+
+
+@pytest.mark.parametrize("m", [1, 3, 6])
+def test_circuit_square_equals_the_residual_gadget(m):
+    x = torch.arange(0, 2 ** (m + 2) + 1, dtype=F64) / 2 ** (m + 2)
+    net = circuit_net(1, lambda c, v: gd.circuit.square(v[0], m))
+    out = net(x[:, None])[:, 0]
+    assert torch.equal(out, interp_square(x, m))
+    assert float((out - x**2).max()) == gd.squaring_error(1, m)
+    plan = scalar_plan(gd.square({"x": 1.0}, "out", 1, m))
+    assert torch.equal(out, plan.layout.read(run(plan, x=x[None]), "out")[0, :, 0])
+    assert net.depth == m and net.width == (2 if m == 1 else 3)  # two hat units and the carry of f
+
+
+def test_circuit_exact_pieces():
+    x = torch.arange(-3 * 2**10, 3 * 2**10 + 1, dtype=F64)[:, None] / 2**10  # dyadic: every value exact
+    assert torch.equal(circuit_net(1, lambda c, v: gd.circuit.identity(v[0]))(x), x)
+    assert torch.equal(circuit_net(1, lambda c, v: gd.circuit.absolute(v[0]))(x), x.abs())
+    assert torch.equal(circuit_net(1, lambda c, v: gd.circuit.clip(v[0], -0.5, 1.25))(x), x.clamp(-0.5, 1.25))
+    z = torch.arange(-2**6, 2**8 + 1, dtype=F64)[:, None] / 2**8  # [-1/4, 1] on a dyadic grid
+    for b in (0, 1, 4):
+        got = circuit_net(1, lambda c, v: gd.circuit.sawtooth(v[0], b))(z)
+        assert torch.equal(got, (2.0**b * z - torch.round(2.0**b * z)).abs())
+        # a value needed later is carried up exactly: z + S(2^b z) at the sawtooth's depth
+        carried = circuit_net(1, lambda c, v: v[0] + gd.circuit.sawtooth(v[0], b))(z)
+        assert torch.equal(carried, z + got)
+
+
+def test_circuit_product_and_trig_within_their_bounds():
+    xy = torch.rand(5000, 2, dtype=F64, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    c = gd.Circuit(2)
+    p = gd.circuit.product(gd.Approx(c.input(0), 1.0, 0.0), gd.Approx(c.input(1), 1.0, 0.0), 4)
+    err = float((gd.FNN(c.affine_maps([p.val]))(xy)[:, 0] - xy[:, 0] * xy[:, 1]).abs().max())
+    assert 0.1 * p.err < err <= p.err == 2 * gd.squaring_error(1, 4)
+    half = gd.circuit.product(gd.Approx(c.input(0), 1.0, 0.0), gd.Approx(c.const(0.5), 0.5, 0.0), 4)
+    assert half.err == 0.0 and half.val.level == 0  # a constant factor is exact and free
+    x = torch.rand(3000, 1, dtype=F64, generator=torch.Generator().manual_seed(2))
+    for n in (1, 5):
+        c = gd.Circuit(1)
+        C, S = gd.circuit.TrigFeatures(c, 6, gd.circuit.taylor_terms(4.0**-6)).pair(0, n)
+        out = gd.FNN(c.affine_maps([C.val, S.val]))(x)
+        err = max(float((out[:, 0] - torch.cos(2 * torch.pi * n * x[:, 0])).abs().max()),
+                  float((out[:, 1] - torch.sin(2 * torch.pi * n * x[:, 0])).abs().max()))
+        assert err <= max(C.err, S.err) < 0.05
+
+
+def test_feed_forward_layers_merge_the_output_map():
+    import numpy as np
+    import scipy.sparse as sp
+    from tfbook.model import Construction
+    c = gd.Circuit(2)
+    x, y = c.input(0), c.input(1)
+    maps = c.affine_maps([gd.circuit.absolute(x - y) + gd.circuit.identity(y) * 3.0])
+    layers = gd.feed_forward_layers(maps, "f")
+    assert [name for name, _ in layers] == ["f.1"]  # two affine maps: one core layer
+    model = Construction(Layout([("x", 2)]), layers)
+    H = torch.rand(1, 50, 2, dtype=F64, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(model(H)[0, :, 0], (H[0, :, 0] - H[0, :, 1]).abs() + 3 * H[0, :, 1])
+    affine = [(sp.csr_matrix(np.array([[1.0, -2.0]])), np.array([0.5]))]  # a single map, no ReLU in the paper
+    one = Construction(Layout([("x", 2)]), gd.feed_forward_layers(affine))
+    assert torch.equal(one(H)[0, :, 0], H[0, :, 0] - 2 * H[0, :, 1] + 0.5)
+
+
+def test_circuit_bad_arguments():
+    c = gd.Circuit(2)
+    with pytest.raises(ValueError, match="k must be < n_in = 2"):
+        c.input(2)
+    with pytest.raises(ValueError, match="high must be >= 1"):
+        gd.circuit.clip(c.input(0), 1.0, 0.5)
+    with pytest.raises(ValueError, match="m must be an int >= 1"):
+        gd.circuit.square(c.input(0), 0)
+    with pytest.raises(ValueError, match="tol must be > 0"):
+        gd.circuit.taylor_terms(0.0)
+    with pytest.raises(ValueError, match="factors must hold"):
+        gd.circuit.tree_product([], 2)
+    with pytest.raises(ValueError, match="level must be >= the value's level 1"):
+        c.lift(c.relu(c.input(0)), 0)
+    with pytest.raises(ValueError, match="affine must hold at least one"):
+        gd.feed_forward_layers([])
+    with pytest.raises(ValueError, match="affine maps must chain"):
+        gd.feed_forward_layers([(torch.ones(2, 3), torch.zeros(2)), (torch.ones(1, 3), torch.zeros(1))])

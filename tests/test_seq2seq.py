@@ -271,15 +271,23 @@ def test_selection_reference_ranks():
     assert torch.equal(shift(X, 1)[0, 0], torch.tensor([0.9, 0.5, 0.3, 0.7, 0.1], dtype=torch.float64))
 
 
-def test_relu_network_on_core_layers_matches_maps():
-    from tfbook.seq2seq import ReLUNetwork, trig_network
-    from tfbook.seq2seq.relu import run_maps
+def test_trig_network_on_core_layers_matches_maps_and_bound():
+    from tfbook.gadgets import FNN, circuit
+    from tfbook.seq2seq import trig_network
     coeffs = {(2, 0): 0.5, (-1, 3): -0.25}
     maps, bound = trig_network(coeffs, 2, 2.0**-10)
     x = rand(2, 500).numpy()
-    assert abs(ReLUNetwork(maps)(x) - run_maps(maps, x)).max() <= 1e-12
+    assert abs(FNN(maps)(torch.tensor(x.T)).numpy().T - circuit.run_maps(maps, x)).max() <= 1e-12
     truth = trig_eval(coeffs, torch.tensor(x.T)).numpy()
-    assert abs(run_maps(maps, x)[0] - truth).max() <= bound <= 2.0**-10
+    assert abs(circuit.run_maps(maps, x)[0] - truth).max() <= bound <= 2.0**-10
+
+
+def test_approximator_ffn_width_within_eq7():
+    # full truncation of mixed a = (1, 2), T = 4 over both coordinates: W <= 21 d_max G(T)
+    a, T = (1.0, 2.0), 4
+    full = {r: 0.1 for s in blocks_below(a, "mixed", T) for r in block_frequencies(s)}
+    model = build_approximator([(0, 0), (0, 1)], full, 1, 1, 2.0**-6)
+    assert model.sizes().W <= 21 * 2 * G_count(a, "mixed", T)
 
 
 def test_sieve_and_oracle_helpers():

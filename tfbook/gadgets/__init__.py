@@ -13,10 +13,16 @@ Gadgets (``out`` is a slot key or a linear form ``{slot: coefficient}``; every g
   `product` (paper 000's residual form, error in `product_error_range`), `polarisation_product`
   (paper 001's form, error in `polarisation_error_range`, exactly 0 on the axes);
 * attention (`attention`): `uniform_sum` (W_Q = W_K = 0, every token receives the sum over tokens);
-* networks (`fnn`): `FNN` (Definition 1 on core layers) and `from_fnn` (Lemma 2 of paper 000).
+* networks (`fnn`): `FNN` (Definition 1 on core layers), `feed_forward_layers` (the same network as named
+  core layers for a construction) and `from_fnn` (Lemma 2 of paper 000);
+* networks without skip connections, gadget by gadget (`circuit`): `Circuit` with exact `identity`,
+  `absolute`, `clip`, `sawtooth`, Yarotsky `square`, `product`, `tree_product` and the trigonometric
+  `cos_of_sawtooth`, `TrigFeatures` (Eq. (7) of paper 003); `Circuit.affine_maps` feeds `FNN`.
 """
 from tfbook.gadgets.attention import uniform_sum
-from tfbook.gadgets.fnn import FNN, fnn_width, from_fnn
+from tfbook.gadgets import circuit
+from tfbook.gadgets.circuit import Approx, Circuit
+from tfbook.gadgets.fnn import FNN, feed_forward_layers, fnn_width, from_fnn
 from tfbook.gadgets.plan import (AttnStage, FFStage, Form, Gadget, Head, Placement, Planner, Unit, combine, form,
                                  slot_name)
 from tfbook.gadgets.relu import absolute, clip, identity, interpolant, interpolant_coefficients, maximum, relu_sum
@@ -25,9 +31,9 @@ from tfbook.gadgets.squaring import (polarisation_error_range, polarisation_prod
                                      squaring_error)
 
 __all__ = [
-    "AttnStage", "FFStage", "FNN", "Form", "Gadget", "Head", "Placement", "Planner", "Unit", "absolute", "clip",
-    "combine", "fnn_width", "form", "from_fnn", "identity", "interpolant", "interpolant_coefficients", "maximum",
-    "polarisation_error_range", "polarisation_product", "product", "product_error_range", "product_fnn_layers",
-    "relu_sum", "sawtooth", "sawtooth_coefficients", "slot_name", "square", "square_fnn_layers", "squaring_error",
-    "uniform_sum",
+    "Approx", "AttnStage", "Circuit", "FFStage", "FNN", "Form", "Gadget", "Head", "Placement", "Planner", "Unit",
+    "absolute", "circuit", "clip", "combine", "feed_forward_layers", "fnn_width", "form", "from_fnn", "identity",
+    "interpolant", "interpolant_coefficients", "maximum", "polarisation_error_range", "polarisation_product",
+    "product", "product_error_range", "product_fnn_layers", "relu_sum", "sawtooth", "sawtooth_coefficients",
+    "slot_name", "square", "square_fnn_layers", "squaring_error", "uniform_sum",
 ]

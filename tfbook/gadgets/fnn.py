@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import nn
 
@@ -14,22 +16,65 @@ from tfbook.layers import FeedForward
 Affine = tuple[torch.Tensor, torch.Tensor]  # (A (out, in), b (out,))
 
 
+def _dense(affine: Sequence) -> list[Affine]:
+    """(A, b) pairs as dense float64 tensors; A may be a tensor (dense or sparse), an array or a SciPy matrix."""
+    out = []
+    for A, b in affine:
+        if sp.issparse(A):
+            A = A.toarray()
+        elif isinstance(A, torch.Tensor) and A.is_sparse:
+            A = A.to_dense()
+        out.append((torch.as_tensor(np.asarray(A) if not isinstance(A, torch.Tensor) else A, dtype=DTYPE),
+                    torch.as_tensor(np.asarray(b) if not isinstance(b, torch.Tensor) else b, dtype=DTYPE)))
+    return out
+
+
+def _check_chain(affine: Sequence[Affine]) -> None:
+    for (A, b), (A_next, _) in zip(affine, list(affine[1:]) + [(None, None)]):
+        if A.dim() != 2 or b.shape != (A.shape[0],) or (A_next is not None and A_next.shape[1] != A.shape[0]):
+            shape = None if A_next is None else tuple(A_next.shape)
+            raise ValueError(f"affine maps must chain: A {tuple(A.shape)}, b {tuple(b.shape)}, next A {shape}")
+
+
+def feed_forward_layers(affine: Sequence, prefix: str = "f") -> list[tuple[str, FeedForward]]:
+    """A_L relu(... relu(A_1 z + b_1) ...) + b_L as core FeedForward(residual=False) layers, one per ReLU layer.
+
+    Layer l < L-1 is relu(A_l z + b_l) (W_2 = I); the last one merges the output map, A_L relu(A_{L-1} z +
+    b_{L-1}) + b_L. A single affine map is written exactly as relu(Az + b) - relu(-Az - b). Named
+    ``prefix.1``, ``prefix.2``, ... for a `tfbook.model.Construction`.
+    """
+    affine = _dense(affine)
+    if not affine:
+        raise ValueError("affine must hold at least one (A, b) map")
+    _check_chain(affine)
+    if len(affine) == 1:
+        A, b = affine[0]
+        eye = torch.eye(A.shape[0], dtype=DTYPE)
+        return [(f"{prefix}.1", FeedForward(torch.cat([A, -A]), torch.cat([b, -b]), torch.cat([eye, -eye], 1), None,
+                                            residual=False))]
+    layers = []
+    for k, (A, b) in enumerate(affine[:-1]):
+        last = k == len(affine) - 2
+        W_2, b_2 = affine[-1] if last else (torch.eye(A.shape[0], dtype=DTYPE), None)
+        layers.append((f"{prefix}.{k + 1}", FeedForward(A, b, W_2, b_2, residual=False)))
+    return layers
+
+
 class FNN(nn.Module):
     """Definition 1: h_l = relu(A_l h_{l-1} + b_l), l = 1..L, output y = A_{L+1} h_L + b_{L+1}.
 
     Runs on core `FeedForward` layers without residual: layer l (< L+1) is relu(A_l h + b_l) (W_2 = I), and
     the output layer is A_{L+1} relu(h) + b_{L+1} (W_1 = I, exact because h_L >= 0). ``depth`` = L,
-    ``width`` = max_l dim h_l, ``affine`` = the (A_l, b_l), l = 1..L+1.
+    ``width`` = max_l dim h_l, ``affine`` = the (A_l, b_l), l = 1..L+1. The A_l may be tensors, arrays or
+    SciPy sparse matrices (a `tfbook.gadgets.circuit.Circuit`'s maps).
     """
 
-    def __init__(self, affine: Sequence[Affine]):
+    def __init__(self, affine: Sequence):
         super().__init__()
         if len(affine) < 2:
             raise ValueError("affine must hold at least one hidden layer and the output layer")
-        affine = [(torch.as_tensor(A, dtype=DTYPE), torch.as_tensor(b, dtype=DTYPE)) for A, b in affine]
-        for (A, b), (A_next, _) in zip(affine, affine[1:]):
-            if b.shape != (A.shape[0],) or A_next.shape[1] != A.shape[0]:
-                raise ValueError(f"inconsistent affine maps: A {tuple(A.shape)}, b {tuple(b.shape)}, next A {tuple(A_next.shape)}")
+        affine = _dense(affine)
+        _check_chain(affine)
         layers = []
         for A, b in affine[:-1]:
             m = A.shape[0]

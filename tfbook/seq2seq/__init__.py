@@ -16,14 +16,15 @@ import torch
 from tfbook import bench
 from tfbook.seq2seq.masking import (TinyViT, global_greedy_mask, greedy_mask, jaccard, make_motif_dataset,
                                     train_classifier)
-from tfbook.seq2seq.models import (PaperSizes, ReLUNetwork, Seq2SeqTransformer, attention_error_bound, build_approximator,
-                                   build_extractor, build_selector, chi_for, pe_angle, trig_network)
+from tfbook.seq2seq.ffn import trig_network
+from tfbook.seq2seq.models import (PaperSizes, Seq2SeqTransformer, attention_error_bound, build_approximator,
+                                   build_extractor, build_selector, chi_for, pe_angle)
 from tfbook.seq2seq.reference import extract_reference, importance_values, paper_forward, selection_reference
 from tfbook.seq2seq.smoothness import (G_count, a_dagger, block_frequencies, blocks_below, codes, coherence,
                                        estimation_rate, frequency_block, gamma, important_coords, lemma_c3_dim,
                                        psi, shift, trig_eval, unit_ball_coeffs)
 
-__all__ = ["G_count", "PaperSizes", "ReLUNetwork", "Seq2SeqTransformer", "TinyViT", "a_dagger", "attention_error_bound",
+__all__ = ["G_count", "PaperSizes", "Seq2SeqTransformer", "TinyViT", "a_dagger", "attention_error_bound",
            "block_frequencies", "blocks_below", "build_approximator", "build_extractor", "build_selector", "chi_for",
            "codes", "coherence", "estimation_rate", "extract_reference", "frequency_block", "gamma",
            "global_greedy_mask", "greedy_mask", "important_coords", "importance_values", "jaccard", "lemma_c3_dim",

@@ -7,9 +7,9 @@ are written from the recipe; the core layers are then filled from them:
 * each sliding-window attention g_m is a core `Attention` (softmax, ``window=U_m``,
   ``boundary="circular"``); the zero boundary pads ΣU_m zero tokens on each side with the
   positional encoding continuing, which no output position can see past;
-* each FFN f_m (no skip connection) is a chain of core `FeedForward(residual=False)` layers:
-  f_m = A_L η(... η(A_1 z + b_1) ...) + b_L, one core layer per ReLU (a single affine map is
-  written as A z + b = η(Az+b) − η(−Az−b)).
+* each FFN f_m (no skip connection) is `tfbook.gadgets.feed_forward_layers`: core
+  `FeedForward(residual=False)` layers computing f_m = A_L η(... η(A_1 z + b_1) ...) + b_L, one per
+  ReLU layer; Theorem 4.2's f̂_T comes from the circuit gadgets (`tfbook.seq2seq.ffn`).
 
 The PE angle is φ = 2π/(2U+1) (Apps. E, F); the statement of Thm 4.2 prints 1/(2U+1).
 """
@@ -25,10 +25,11 @@ import torch
 
 from tfbook import validate
 from tfbook.device import DTYPE
-from tfbook.layers import Attention, FeedForward
+from tfbook.gadgets import circuit, feed_forward_layers
+from tfbook.layers import Attention
 from tfbook.layout import Layout
 from tfbook.model import Construction
-from tfbook.seq2seq import relu
+from tfbook.seq2seq.ffn import trig_network
 from tfbook.seq2seq.smoothness import CODE_KINDS, codes, lemma_c3_dim
 
 BOUNDARIES = ("circular", "zero")
@@ -103,24 +104,6 @@ def _sparse(A: sp.spmatrix) -> torch.Tensor:
                                    check_invariants=True).coalesce()
 
 
-def _ffn_layers(maps: Sequence[tuple[sp.spmatrix, np.ndarray]], prefix: str) -> list[tuple[str, FeedForward]]:
-    """Core FeedForward(residual=False) layers computing A_L η(... η(A_1 z + b_1) ...) + b_L."""
-    dense = [(torch.tensor(A.toarray(), dtype=DTYPE), torch.tensor(b, dtype=DTYPE)) for A, b in maps]
-    if len(dense) == 1:
-        A, b = dense[0]
-        n = A.shape[0]
-        eye = torch.eye(n, dtype=DTYPE)
-        return [(f"{prefix}.1", FeedForward(torch.cat([A, -A]), torch.cat([b, -b]), torch.cat([eye, -eye], 1),
-                                            None, residual=False))]
-    out = []
-    for k in range(len(dense) - 1):
-        A, b = dense[k]
-        last = k == len(dense) - 2
-        W2, b2 = (dense[-1][0], dense[-1][1]) if last else (torch.eye(A.shape[0], dtype=DTYPE), None)
-        out.append((f"{prefix}.{k + 1}", FeedForward(A, b, W2, b2, residual=False)))
-    return out
-
-
 def _attention(U: int, heads: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Attention:
     """Core windowed softmax attention with z_i + Σ_h V_h Z softmax(Kᵀ Q z_i); V_h split into W_O W_V."""
     rows = [torch.nonzero(V.abs().sum(1)).flatten() for _, _, V in heads]
@@ -146,7 +129,7 @@ class Seq2SeqTransformer(Construction):
         layers = []
         for m, s in enumerate(self._spec, start=1):
             layers.append((f"g{m}", _attention(s["U"], s["heads"])))
-            layers += _ffn_layers(s["ffn"], f"f{m}")
+            layers += feed_forward_layers(s["ffn"], f"f{m}")
         super().__init__(layout, layers)
         self.out = self._spec[-1]["ffn"][-1][0].shape[0]
 
@@ -169,8 +152,8 @@ class Seq2SeqTransformer(Construction):
     def sizes(self) -> PaperSizes:
         """M, U, D, H, L, W, S, B counted from the paper-form weights."""
         entries = [self._E.abs().max()] + [t.abs().max() for s in self._spec for h in s["heads"] for t in h]
-        B = max([float(e) for e in entries] + [relu.sizes_of(s["ffn"])["B"] for s in self._spec])
-        ffn = [relu.sizes_of(s["ffn"]) for s in self._spec]
+        B = max([float(e) for e in entries] + [circuit.sizes_of(s["ffn"])["B"] for s in self._spec])
+        ffn = [circuit.sizes_of(s["ffn"]) for s in self._spec]
         return PaperSizes(M=len(self._spec), U=tuple(s["U"] for s in self._spec), D=self._E.shape[0],
                           H=max(len(s["heads"]) for s in self._spec), L=max(f["L"] for f in ffn),
                           W=max(f["W"] for f in ffn), S=int(max(f["S"] for f in ffn)), B=B)
@@ -228,23 +211,6 @@ class Seq2SeqTransformer(Construction):
         """`tfbook.model.Trace` of the token matrices (padded for the zero boundary) and attention weights."""
         H, _ = self.embed_sequence(X, boundary)
         return super().trace(H)
-
-
-class ReLUNetwork(Construction):
-    """A ReLU FNN A_L η(... η(A_1 x + b_1) ...) + b_L (no skip connection) on core FeedForward layers.
-
-    Called on columns x of shape (n_0, batch) (NumPy or torch); returns (n_L, batch) of the same kind.
-    """
-
-    def __init__(self, maps: Sequence[tuple[sp.spmatrix, np.ndarray]]):
-        n_in = maps[0][0].shape[1]
-        super().__init__(Layout([("x", n_in)]), _ffn_layers(maps, "f"))
-
-    def forward(self, x):
-        as_numpy = not isinstance(x, torch.Tensor)
-        H = torch.as_tensor(np.asarray(x) if as_numpy else x, dtype=DTYPE).T[None]  # (1, batch, n_0)
-        out = super().forward(H)[0].T  # (n_L, batch)
-        return out.numpy() if as_numpy else out
 
 
 # --- Theorem 4.2: relative-offset extraction -------------------------------------------------------
@@ -313,22 +279,6 @@ def build_extractor(offsets, d: int, U: int, chi: Optional[float] = None, *,
     chi = chi_for(U, H, 1e-9) if chi is None else validate.real("chi", chi, low=0, low_open=True)
     maps = [(_readout(H, d + H + 2, d), np.zeros(H))]
     return _extraction_model(pairs, d, U, chi, maps, pe_angle(U, variant))
-
-
-def trig_network(coeffs: dict, K: int, tol: float, pre: Optional[sp.spmatrix] = None):
-    """ReLU maps for Σ_r coeffs[r] Π_k ψ_{r_k}(x_k) on [0, 1]^K with a-priori sup error <= tol: (maps, bound).
-
-    The cheapest Yarotsky level m (and Taylor degree for 4^-m) whose bound passes; ``pre`` is a read-out
-    merged into A_1.
-    """
-    tol = validate.real("tol", tol, low=0, low_open=True)
-    scale = sum(abs(c) * math.sqrt(2.0) ** sum(r != 0 for r in key) for key, c in coeffs.items()) + 1.0
-    m = max(1, math.floor(math.log(scale / tol, 4)))
-    while True:
-        maps, bound = relu.trig_poly_maps(coeffs, K, m, relu.taylor_terms(4.0**-m), pre=pre)
-        if bound <= tol:
-            return maps, bound
-        m += 1
 
 
 def build_approximator(coords, coeffs: dict, d: int, U: int, tol: float) -> Seq2SeqTransformer:
