@@ -262,6 +262,24 @@ def test_mutation_perturbed_phi_and_core():
             check_extraction(cl.Claims("t"), model, OFFSETS, X, chi)
 
 
+def test_mutation_one_ffn_layer_of_the_approximator():
+    coords, coeffs, tol = [(0, -1), (0, 2)], {(1, 0): 0.5, (-2, 3): 0.25, (0, 0): 0.1}, 2.0**-12
+    model = build_approximator(coords, coeffs, 1, 2, tol)
+    X = rand(8, 1, 15)
+    truth = trig_eval(coeffs, extract_reference(X, coords, "circular").transpose(1, 2))
+
+    def check():
+        err = float((model(X)[:, 0] - truth).abs().max())
+        cl.Claims("t").check("Thm 4.2", "sup error", err, tol)
+
+    check()
+    depth = model.sizes().L
+    for name, change in ((f"f1.{depth // 2}", {"add": 1e-3}), (f"f1.{depth - 2}", {"scale": 0.0}), ("g1", {"scale": 1 + 1e-3})):
+        with perturb(names=[name], **change):
+            with pytest.raises(cl.ClaimError):
+                check()
+
+
 def test_selection_reference_ranks():
     X = torch.zeros(1, 1, 5, dtype=torch.float64)
     X[0, 0] = torch.tensor([0.1, 0.9, 0.5, 0.3, 0.7], dtype=torch.float64)
