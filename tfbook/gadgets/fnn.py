@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import scipy.sparse as sp
 import torch
 from torch import nn
@@ -22,10 +21,9 @@ def _dense(affine: Sequence) -> list[Affine]:
     for A, b in affine:
         if sp.issparse(A):
             A = A.toarray()
-        elif isinstance(A, torch.Tensor) and A.is_sparse:
+        elif isinstance(A, torch.Tensor) and A.layout != torch.strided:
             A = A.to_dense()
-        out.append((torch.as_tensor(np.asarray(A) if not isinstance(A, torch.Tensor) else A, dtype=DTYPE),
-                    torch.as_tensor(np.asarray(b) if not isinstance(b, torch.Tensor) else b, dtype=DTYPE)))
+        out.append((torch.as_tensor(A, dtype=DTYPE), torch.as_tensor(b, dtype=DTYPE)))
     return out
 
 
