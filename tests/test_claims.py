@@ -155,3 +155,16 @@ def test_integral_values_print_alike_whatever_the_last_bit():
     assert cl.fmt(2.0) == cl.fmt(1.9999999999999998) == cl.fmt(2.0000000000000004) == "2"
     assert cl.fmt(1.9996) == "2.00" and cl.fmt(0.0) == "0" and cl.fmt(1e-10) == "1.00e-10"
     assert cl.fmt(-1.0000000000000002) == "-1" and cl.fmt(1234567.0000001) == "1234567"
+
+
+def test_verdicts_omit_measured_values_and_show_failures(monkeypatch):
+    a, b = cl.Claims("t"), cl.Claims("t")
+    a.check("Sec. 6", "accuracy of a trained model " + "word " * 30, 0.9123, 0.85, ">=")
+    b.check("Sec. 6", "accuracy of a trained model " + "word " * 30, 0.9678, 0.85, ">=")
+    text = a.verdicts()
+    assert text == b.verdicts() and "0.912" not in text and "0.850" in text
+    assert text.splitlines()[0] == "t: 1 claims, all hold" and text.endswith("holds")
+    assert all(len(line) <= 100 for line in text.splitlines())
+    monkeypatch.setenv(cl.MODE_ENV, "record")
+    a.check("Sec. 6", "a failing claim", 0.1, 0.85, ">=")
+    assert "some FAIL" in a.verdicts() and a.verdicts().endswith("FAILS")

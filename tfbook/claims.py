@@ -286,6 +286,18 @@ class Claims:
             return
         display(self._repr_mimebundle_(), raw=True)
 
+    def verdicts(self, width: int = WIDTH) -> str:
+        """Each claim's ref, statement, relation, bound and verdict, without the measured value.
+
+        For claims on trained float32 models, whose measured digits change between CPUs while the frozen
+        thresholds and the verdicts do not: the stored outputs can then still be compared by the tests.
+        """
+        lines = [f"{self.title}: {len(self.items)} claims, {'all hold' if self.all_hold() else 'some FAIL'}"]
+        for c in self.items:
+            text = f"{c.ref}: {c.statement} ({c.relation} {c.bound}): {'holds' if c.holds else 'FAILS'}"
+            lines += textwrap.wrap(text, width, initial_indent="* ", subsequent_indent="  ", break_on_hyphens=False)
+        return "\n".join(lines)
+
     def all_hold(self) -> bool:
         return all(c.holds for c in self.items)
 
