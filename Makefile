@@ -9,7 +9,7 @@ NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/
 # Parallel test workers (pytest-xdist); each notebook runs in one worker, single-threaded.
 JOBS ?= 2
 QUICK := TFBOOK_PROFILE=quick
-NBVAL := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
+NBVAL := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile --nbval --nbval-current-env --nbval-cell-timeout=600 \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg
 # Other BLAS/kernel code paths, the way another CPU would take them (see README: test-portable).
 PORTABLE := MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAPABILITY=default
