@@ -19,7 +19,7 @@ LIMIT_S = 10.0
 # A kernel sometimes stops answering (idle, while the client still waits for its reply; seen in this
 # harness under load, early in a notebook). Per-cell timeouts bound that wait and the notebook runs once
 # more on a fresh kernel; a cell that is really slow times out twice and fails.
-CELL_TIMEOUT_S, HARNESS_TIMEOUT_S, ATTEMPTS = 240, 600, 2
+CELL_TIMEOUT_S, HARNESS_TIMEOUT_S, ATTEMPTS = 90, 600, 2
 pytestmark = pytest.mark.slow
 
 HARNESS = r'''
