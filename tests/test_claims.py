@@ -168,3 +168,101 @@ def test_verdicts_omit_measured_values_and_show_failures(monkeypatch):
     monkeypatch.setenv(cl.MODE_ENV, "record")
     a.check("Sec. 6", "a failing claim", 0.1, 0.85, ">=")
     assert "some FAIL" in a.verdicts() and a.verdicts().endswith("FAILS")
+
+
+@cl.paper_formula
+def _width(T: int, P: int = 1) -> int:
+    """A registered formula: a width of 3T + P."""
+    return 3 * T + P
+
+
+def test_kind_shows_in_every_form(monkeypatch, tmp_path):
+    sink = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(cl.MODE_ENV, "record")
+    monkeypatch.setenv(cl.SINK_ENV, str(sink))
+    c = cl.Claims("t")
+    c.check("Thm 1", "error of the built model", 0.5, 1.0)
+    c.check("Thm 2", "width", 7, kind="size", formula=_width, params={"T": 2}, relation="==")
+    c.check("Eq. 3", "an identity of the paper", 1.0, 1.0, "==", kind="paper")
+    c.check("Sec. 6", "accuracy of a trained model", 0.9, 0.85, ">=", kind="experiment")
+    lines = c.table().splitlines()
+    assert lines[1].split()[:3] == ["ref", "claim", "kind"]
+    assert [line.split()[-6] for line in lines[3:]] == ["constr", "size", "paper", "expt"]
+    assert all(len(line) <= cl.WIDTH for line in lines)
+    parser = _Cells()
+    parser.feed(c.html())
+    assert "kind" in parser.cells and {"construction", "size", "paper", "experiment"} <= set(parser.cells)
+    assert [r["kind"] for r in c.record()["claims"]] == ["construction", "size", "paper", "experiment"]
+    sunk = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert [r["kind"] for r in sunk] == [r["kind"] for r in c.record()["claims"]]
+    assert "Thm 2 (size): width (== 7): holds" in c.verdicts()
+    assert c.record()["claims"][1]["formula"] == f"{__name__}._width(T=2)" and c.items[1].bound == "7"
+
+
+def test_size_claims_compute_their_bound_from_a_registered_formula():
+    c = cl.Claims("t")
+    c.check("Thm 2", "width", 8, kind="size", formula=_width, params={"T": 2, "P": 2}, relation="==")
+    with pytest.raises(cl.ClaimError):
+        c.check("Thm 2", "width", 8, kind="size", formula=_width, params={"T": 2}, relation="==")
+
+    def unregistered(T: int) -> int:
+        return 3 * T
+
+    for bad, match in [(dict(bound=7), "formula is required"),
+                       (dict(formula=unregistered, params={"T": 2}), "registered with @paper_formula"),
+                       (dict(formula=_width.__wrapped__, params={"T": 2}), "registered with @paper_formula"),
+                       (dict(formula=_width, params={"T": 2}, bound=7), "not both"),
+                       (dict(formula=_width, params=[2]), "params must be a dict")]:
+        with pytest.raises(ValueError, match=match):
+            c.check("Thm 2", "width", 7, relation="==", **{"kind": "size", **bad})
+    with pytest.raises(ValueError, match="params are the arguments of a formula"):
+        c.check("Thm 2", "width", 7, 7, params={"T": 2})
+    with pytest.raises(ValueError, match="bound is required"):
+        c.check("Thm 2", "width", 7)
+    assert len(c) == 2
+
+
+@pytest.mark.parametrize("value", [torch.nn.Linear(2, 2), torch.tensor(2.0), np.array([2]), "2", True, None,
+                                   float("nan"), [1, torch.zeros(1)]])
+def test_a_formula_takes_numbers_only(value):
+    with pytest.raises(ValueError, match="_width: argument T must be a real number"):
+        _width(value)
+    with pytest.raises(ValueError, match="argument P must be a real number"):
+        cl.Claims("t").check("Thm 2", "width", 7, kind="size", formula=_width, params={"T": 2, "P": value})
+    assert _width(2, P=Fraction(1, 2)) == Fraction(13, 2) and _width(np.int64(2), 1.0) == 7.0
+
+
+def test_trivial_scale_is_printed_and_a_bound_above_it_is_not_a_claim():
+    c = cl.Claims("t")
+    c.check("Thm 1", "sup error of the construction", 0.01, 0.02, trivial=0.8)
+    lines = c.table().splitlines()
+    assert lines[4].strip() == "trivial scale 0.800; bound/trivial 0.0250"
+    record = c.record()["claims"][0]
+    assert record["trivial"] == "0.800" and record["bound_over_trivial"] == "0.0250"
+    assert "trivial scale 0.800; bound/trivial 0.0250" in c.html()
+    c.check("Thm 1", "a very long statement " * 8, 0.01, 0.02, "<", trivial=np.float64(0.8))
+    assert all(len(line) <= cl.WIDTH for line in c.table().splitlines())
+    c.check("Eq. 3", "a paper's rate may exceed the trivial scale", 1.0, 2.0, kind="paper", trivial=0.8)
+    for bound in (0.8, 0.9):
+        with pytest.raises(ValueError, match="trivial: the bound .* is not below the trivial scale .*not a claim"):
+            c.check("Thm 1", "a bound at or above the trivial scale", 0.01, bound, trivial=0.8)
+    assert len(c) == 3
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(kind="theorem"), "kind must be one of"),
+    (dict(kind=None), "kind must be one of"),
+    (dict(trivial=-1.0), "trivial must be a positive finite"),
+    (dict(trivial=0.0), "trivial must be a positive finite"),
+    (dict(trivial=float("inf")), "trivial must be a positive finite"),
+    (dict(trivial=float("nan")), "trivial must be a positive finite"),
+    (dict(trivial=True), "trivial must be a positive finite"),
+    (dict(trivial="1"), "trivial must be a positive finite"),
+    (dict(trivial=[1.0]), "trivial must be a real number"),
+    (dict(trivial=2.0, relation=">="), "trivial is the scale of an upper bound"),
+    (dict(trivial=2.0, relation="==", measured="a", bound="a"), "trivial is the scale of an upper bound"),
+])
+def test_kind_and_trivial_are_validated(bad, match):
+    args = dict(ref="x", statement="y", measured=0.5, bound=1.0, relation="<=") | bad
+    with pytest.raises(ValueError, match=match):
+        cl.Claims("t").check(**args)

@@ -19,12 +19,19 @@ def _notebook_with_records(path: pathlib.Path) -> None:
     first = "c.check('Lemma 1', 'x | y', 0.5, 1.0)"
     second = "c.check('Lemma 2', 'noise', 3e-16, 1e-12, roundoff=True)\nc.show()"
     c = cl.Claims("T")
-    c.check("Lemma 1", "x | y", 0.5, 1.0)
+    c.check("Lemma 1", "x | y", 0.5, 1.0, kind="paper", trivial=2.0)
     c.check("Lemma 2", "noise", 3e-16, 1e-12, roundoff=True)
     c.items[0] = cl.Claim(**{**c.items[0].__dict__, "cell": cl.cell_id(first)})
     c.items[1] = cl.Claim(**{**c.items[1].__dict__, "cell": cl.cell_id(second)})
+    old = cl.Claims("Old")  # a record stored before claims had a kind (schema 1)
+    old.check("Lemma 3", "old", 1.0, 1.0)
+    old_record = old.record() | {"schema": 1}
+    for claim in old_record["claims"]:
+        for key in ("kind", "trivial", "bound_over_trivial", "formula"):
+            del claim[key]
     shown = nbformat.v4.new_code_cell(second)
-    shown.outputs = [nbformat.v4.new_output("display_data", data=c._repr_mimebundle_())]
+    shown.outputs = [nbformat.v4.new_output("display_data", data=c._repr_mimebundle_()),
+                     nbformat.v4.new_output("display_data", data={cl.MIME: old_record, "text/plain": old.table()})]
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# A chapter about $n$ tokens\n\n## First `step` (Lemma 1)"),
                 nbformat.v4.new_code_cell(first),
@@ -38,11 +45,13 @@ def test_page_lists_claims_in_their_sections_with_counts(tmp_path):
     _notebook_with_records(tmp_path / "book" / "ch" / "01.ipynb")
     (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/ch/01\n")
     chapters = claims_page.collect(tmp_path)
-    assert len(chapters) == 1 and chapters[0].counts() == (2, 2)
+    assert len(chapters) == 1 and chapters[0].counts() == (3, 3)
     page = claims_page.render(chapters)
-    assert "| [A chapter about $n$ tokens](ch/01.ipynb) | 1 | 2 | 2 | 0 |" in page
-    assert "[First `step` (Lemma 1)](ch/01.ipynb#first-step-lemma-1) | Lemma 1 | x \\| y | 0.500 |" in page
-    assert "[Second step](ch/01.ipynb#second-step) | Lemma 2 | noise | \\< 1e-12 |" in page
+    assert "| [A chapter about $n$ tokens](ch/01.ipynb) | 1 | 3 | 3 | 0 |" in page
+    assert ("[First `step` (Lemma 1)](ch/01.ipynb#first-step-lemma-1) | Lemma 1 | "
+            "x \\| y (trivial scale 2; bound/trivial 0.500) | paper | 0.500 |") in page
+    assert "[Second step](ch/01.ipynb#second-step) | Lemma 2 | noise | construction | \\< 1e-12 |" in page
+    assert "| - | Lemma 3 | old | construction | 1 |" in page  # no kind stored: the default
     assert claims_page.main([], root=tmp_path) == 0 and claims_page.main(["--check"], root=tmp_path) == 0
     (tmp_path / claims_page.PAGE).write_text("stale")
     assert claims_page.main(["--check"], root=tmp_path) == 1

@@ -1,19 +1,37 @@
 """Executed claims: what a paper states, what we measured, the bound, the ratio, and whether it holds.
 
 >>> claims = Claims("Yarotsky squaring")
->>> claims.check("Lemma 1", "sup |f_m - x^2| on [0,1], m = 2", measured=0.015625, bound=4.0**-3, relation="<=")
+>>> claims.check("Lemma 1", "sup |f_m - x^2| on [0,1], m = 2", measured=0.015625, bound=4.0**-3, relation="<=",
+...              trivial=1.0)   # the trivial scale: sup |x^2| on [0,1]
 >>> claims.check("Lemma 1", "f_m(x) - x^2 at a dyadic point", measured=3e-17, bound=1e-12, roundoff=True)
+>>> @paper_formula
+... def hidden_width(m: int) -> int:
+...     return 3 * m
+>>> claims.check("Lemma 1", "hidden width, m = 2", measured=6, kind="size", formula=hidden_width, params={"m": 2},
+...              relation="==")
 >>> claims.show()   # outside IPython: the plain-text table; in a notebook: text, HTML and a JSON record
 Yarotsky squaring
-ref      claim                            measured      bound  measured/bound  holds
--------  -------------------------------  --------  ---------  --------------  -----
-Lemma 1  sup |f_m - x^2| on [0,1], m = 2    0.0156  <= 0.0156               1  yes
-Lemma 1  f_m(x) - x^2 at a dyadic point    < 1e-12   <= 1e-12               -  yes
+ref      claim                                  kind    measured      bound  measured/bound  holds
+-------  -------------------------------------  ------  --------  ---------  --------------  -----
+Lemma 1  sup |f_m - x^2| on [0,1], m = 2        constr    0.0156  <= 0.0156               1  yes
+         trivial scale 1; bound/trivial 0.0156
+Lemma 1  f_m(x) - x^2 at a dyadic point         constr   < 1e-12   <= 1e-12               -  yes
+Lemma 1  hidden width, m = 2                    size           6       == 6               1  yes
 
 `check` returns nothing and raises `ClaimError` when the claim fails, so a notebook run fails
 loudly, except in *record-only mode* (``TFBOOK_CLAIMS=record``, set by ``make full``): then a
 failing claim is recorded, printed as ``NO`` and appended to the JSON-lines file named by
 ``TFBOOK_CLAIMS_SINK`` (every claim is appended there in that mode, held or not).
+
+Every claim has a *kind* (`KINDS`), shown in every table (abbreviated in the plain text):
+``"construction"`` (the default: measured on a built model, e.g. its error, exactness, states or
+attention), ``"size"`` (a count or norm of the built model against a paper's formula),
+``"paper"`` (the paper's mathematics, computed without a construction) and ``"experiment"`` (a
+trained model or a statistical experiment). A size claim computes its own bound:
+``formula=fn, params={...}`` with ``fn`` registered by `paper_formula` (its arguments are numbers
+only), and the bound is ``fn(**params)``. ``trivial=x`` prints the trivial scale beside an upper
+bound (``||f||``, or the do-nothing model's error) and bound/trivial; a construction claim whose
+bound is not below it is rejected: such a bound is not a claim.
 
 Relations: ``"<="``, ``">="``, ``"=="`` (to a relative tolerance ``rtol``), ``"<"``, ``">"``.
 Numbers are printed at 3 significant digits by `fmt`, which never prints rounding noise:
@@ -29,8 +47,10 @@ built from the formatted strings only, so they are identical on every machine.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
+import inspect
 import json
 import math
 import os
@@ -38,7 +58,7 @@ import textwrap
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from numbers import Real
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 Value = Union[Real, str, bool]
 RELATIONS = ("<=", ">=", "==", "<", ">")
@@ -48,7 +68,12 @@ INTEGRAL_RTOL = 1e-9
 """A float this close (relatively) to a nonzero integer below 1e7 prints as that integer."""
 MIME = "application/vnd.tfbook.claims+json"
 """The mime type of the machine-readable claims record stored with every `Claims.show` output."""
-SCHEMA = 1
+SCHEMA = 2
+"""Version of the record: 2 added each claim's ``kind``, ``trivial``, ``bound_over_trivial`` and ``formula``."""
+KINDS = {"construction": "constr", "size": "size", "paper": "paper", "experiment": "expt"}
+"""The kinds of claim, each with its label in the plain-text table."""
+UPPER = ("<=", "<")
+"""The relations of an upper bound: the only ones that take a trivial scale."""
 WIDTH = 100
 """Maximum line length of the plain-text table."""
 MODE_ENV, SINK_ENV = "TFBOOK_CLAIMS", "TFBOOK_CLAIMS_SINK"
@@ -99,6 +124,73 @@ def _fmt_bound(value: Value) -> str:
     return text.replace("1.00e-", "1e-") if isinstance(value, float) and text.startswith("1.00e-") else text
 
 
+FORMULAS: dict[str, Callable[..., Real]] = {}
+"""The registry of `paper_formula` functions, by ``module.qualname``: the only bounds of size claims."""
+
+
+def _check_parameter(where: str, name: str, value: Any) -> None:
+    """Raise ValueError unless ``value`` is a real number (not bool, not NaN) or a list/tuple of such."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_parameter(where, name, item)
+    elif isinstance(value, bool) or not isinstance(value, Real) or value != value:  # NaN
+        raise ValueError(f"{where}: argument {name} must be a real number (a paper's parameter), "
+                         f"got {type(value).__name__}")
+
+
+def paper_formula(fn: Callable[..., Real]) -> Callable[..., Real]:
+    """Register ``fn``, a formula of a paper in its parameters, as the bound of size claims.
+
+    The wrapper accepts numbers only: each argument must be a real number (int, float, Fraction,
+    a NumPy scalar; not bool, not NaN; infinities allowed, e.g. p = inf) or a list/tuple of them.
+    Anything else (a built module, a tensor, an array, a string) raises ValueError naming the
+    argument, so the bound cannot be read off the model it bounds.
+
+    >>> @paper_formula
+    ... def depth(T: int) -> int:
+    ...     return 2 * T + 1
+    >>> depth(3)
+    7
+    >>> depth("3")
+    Traceback (most recent call last):
+    ...
+    ValueError: depth: argument T must be a real number (a paper's parameter), got str
+    """
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Real:
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError as exc:
+            raise ValueError(f"{fn.__qualname__}: {exc}") from None
+        for name, value in arguments.items():
+            values = value.values() if isinstance(value, dict) else [value]  # **kwargs
+            for v in values:
+                _check_parameter(fn.__qualname__, name, v)
+        return fn(*args, **kwargs)
+
+    FORMULAS[_formula_name(wrapper)] = wrapper
+    return wrapper
+
+
+def _formula_name(fn: Callable) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def _size_bound(formula: Callable, params: Any) -> tuple[Real, str]:
+    """The bound ``formula(**params)`` of a registered formula, and the call as text for the record."""
+    if not callable(formula) or FORMULAS.get(_formula_name(formula)) is not formula:
+        raise ValueError(f"formula must be a function registered with @paper_formula, got {formula!r}")
+    params = {} if params is None else params
+    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+        raise ValueError(f"params must be a dict of the formula's arguments by name, got {params!r}")
+    bound = _number(formula(**params), "the formula's value")
+    if isinstance(bound, (str, bool)):
+        raise ValueError(f"formula must return a real number, got {bound!r}")
+    return bound, f"{_formula_name(formula)}({', '.join(f'{k}={v}' for k, v in params.items())})"
+
+
 def mode() -> str:
     """``"raise"`` (default: a failing claim raises) or ``"record"`` (``TFBOOK_CLAIMS=record``)."""
     value = os.environ.get(MODE_ENV, "").strip().lower() or "raise"
@@ -120,11 +212,21 @@ class Claim:
     holds: bool
     roundoff: bool = False
     cell: Optional[str] = None
+    kind: str = "construction"
+    trivial: Optional[str] = None
+    bound_over_trivial: Optional[str] = None
+    formula: Optional[str] = None
 
-    def row(self) -> tuple[str, str, str, str, str, str]:
-        """(ref, claim, measured, bound, measured/bound, holds) as printed."""
-        return (self.ref, self.statement, self.measured, f"{self.relation} {self.bound}", self.ratio,
-                "yes" if self.holds else "NO")
+    def row(self) -> tuple[str, str, str, str, str, str, str]:
+        """(ref, claim, kind, measured, bound, measured/bound, holds) as printed (kind abbreviated)."""
+        return (self.ref, self.statement, KINDS[self.kind], self.measured, f"{self.relation} {self.bound}",
+                self.ratio, "yes" if self.holds else "NO")
+
+    def trivial_note(self) -> Optional[str]:
+        """``trivial scale x; bound/trivial r``, printed below the statement, or None without a trivial scale."""
+        if self.trivial is None:
+            return None
+        return f"trivial scale {self.trivial}; bound/trivial {self.bound_over_trivial}"
 
 
 def _number(value: Any, name: str) -> Value:
@@ -148,6 +250,18 @@ def _holds(measured: Value, bound: Value, relation: str, rtol: float) -> bool:
     if relation == "==":
         return m == b or abs(m - b) <= rtol * max(abs(b), abs(m))
     return {"<=": m <= b, ">=": m >= b, "<": m < b, ">": m > b}[relation]
+
+
+def _trivial(trivial: Any, bound: Value, relation: str, kind: str) -> tuple[str, str]:
+    """The printed trivial scale and bound/trivial; raise ValueError when the bound is not a claim."""
+    trivial = _number(trivial, "trivial")
+    if isinstance(trivial, (str, bool)) or not 0 < float(trivial) < math.inf:
+        raise ValueError(f"trivial must be a positive finite real number, got {trivial!r}")
+    if relation not in UPPER or isinstance(bound, (str, bool)):
+        raise ValueError(f"trivial is the scale of an upper bound (relation '<=' or '<'), got relation {relation!r}")
+    if kind == "construction" and float(bound) >= float(trivial):
+        raise ValueError(f"trivial: the bound {bound!r} is not below the trivial scale {trivial!r}: not a claim")
+    return _fmt_bound(trivial), fmt(float(bound) / float(trivial), noise=0)
 
 
 def _ratio(measured: Value, bound: Value, shown_measured: str) -> str:
@@ -201,21 +315,47 @@ class Claims:
         ref: str,
         statement: str,
         measured: Value,
-        bound: Value,
+        bound: Optional[Value] = None,
         relation: str = "<=",
         rtol: float = 0.0,
         roundoff: bool = False,
+        *,
+        kind: str = "construction",
+        formula: Optional[Callable[..., Real]] = None,
+        params: Optional[dict[str, Any]] = None,
+        trivial: Optional[Real] = None,
     ) -> None:
-        """Record a claim; raise `ClaimError` if ``measured relation bound`` is false (unless recording)."""
+        """Record a claim; raise `ClaimError` if ``measured relation bound`` is false (unless recording).
+
+        ``kind``: one of `KINDS`. ``formula``, ``params``: the bound is ``formula(**params)``, with
+        ``formula`` registered by `paper_formula` (required for ``kind="size"``; ``bound`` is then not
+        given). ``trivial``: the trivial scale of an upper bound, printed with bound/trivial; a
+        construction claim whose bound is not below it raises ValueError. Arguments that are not
+        valid raise ValueError naming the argument, in every mode.
+        """
         if not isinstance(ref, str) or not ref or not isinstance(statement, str) or not statement:
             raise ValueError("ref and statement must be non-empty strings")
         if not isinstance(rtol, Real) or isinstance(rtol, bool) or not rtol >= 0:
             raise ValueError(f"rtol must be a non-negative real, got {rtol!r}")
+        if not isinstance(kind, str) or kind not in KINDS:
+            raise ValueError(f"kind must be one of {tuple(KINDS)}, got {kind!r}")
+        name = None
+        if formula is not None:
+            if bound is not None:
+                raise ValueError("give bound or formula, not both: the formula computes the bound")
+            bound, name = _size_bound(formula, params)
+        elif kind == "size":
+            raise ValueError("formula is required for a size claim: a function registered with @paper_formula")
+        elif params is not None:
+            raise ValueError("params are the arguments of a formula; give formula too")
+        elif bound is None:
+            raise ValueError("bound is required (or formula for a bound computed from a paper's formula)")
         measured, bound = _number(measured, "measured"), _number(bound, "bound")
         holds = _holds(measured, bound, relation, float(rtol))
+        shown_trivial, over = (None, None) if trivial is None else _trivial(trivial, bound, relation, kind)
         shown = f"< {_fmt_bound(bound)}" if roundoff and holds else fmt(measured)
         claim = Claim(ref, statement, shown, _fmt_bound(bound), "-" if roundoff else _ratio(measured, bound, shown),
-                      relation, holds, bool(roundoff), _current_cell())
+                      relation, holds, bool(roundoff), _current_cell(), kind, shown_trivial, over, name)
         self.items.append(claim)
         recording = mode() == "record"
         if recording:
@@ -228,15 +368,18 @@ class Claims:
 
     def table(self, width: int = WIDTH) -> str:
         """The claims as a plain-text table, lines of at most ``width`` characters."""
-        header = ("ref", "claim", "measured", "bound", "measured/bound", "holds")
+        header = ("ref", "claim", "kind", "measured", "bound", "measured/bound", "holds")
         rows = [c.row() for c in self.items]
-        widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(6)]
+        notes = [c.trivial_note() for c in self.items]
+        widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(7)]
+        widths[1] = max([widths[1]] + [len(n) for n in notes if n])
         widths[0] = min(widths[0], 18)
-        widths[1] = max(16, min(widths[1], width - 2 * 5 - sum(widths[i] for i in (0, 2, 3, 4, 5))))
-        right = (False, False, True, True, True, False)
+        widths[1] = max(16, min(widths[1], width - 2 * 6 - sum(widths[i] for i in (0, 2, 3, 4, 5, 6))))
+        right = (False, False, False, True, True, True, False)
 
-        def line(cells: tuple[str, ...]) -> list[str]:
+        def line(cells: tuple[str, ...], note: Optional[str] = None) -> list[str]:
             wrapped = [_wrap(c, w) if i < 2 else [c] for i, (c, w) in enumerate(zip(cells, widths))]
+            wrapped[1] += _wrap(note, widths[1]) if note else []
             out = []
             for k in range(max(len(w) for w in wrapped)):
                 parts = [(w[k] if k < len(w) else "") for w in wrapped]
@@ -244,8 +387,8 @@ class Claims:
             return out
 
         lines = [self.title, *line(header), "  ".join("-" * w for w in widths)]
-        for r in rows:
-            lines += line(r)
+        for r, note in zip(rows, notes):
+            lines += line(r, note)
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -253,14 +396,18 @@ class Claims:
         esc = html.escape
         num = 'style="text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums"'
         head = ("<tr><th style=\"text-align:left\">ref</th><th style=\"text-align:left\">claim</th>"
+                "<th style=\"text-align:left\">kind</th>"
                 "<th style=\"text-align:right\">measured</th><th style=\"text-align:right\">bound</th>"
                 "<th style=\"text-align:right\">measured/bound</th><th style=\"text-align:center\">holds</th></tr>")
         body = []
         for c in self.items:
             mark = ('<span style="color:#1a7f37;font-weight:bold">&#10004; yes</span>' if c.holds
                     else '<span style="color:#cf222e;font-weight:bold">&#10008; NO</span>')
+            note = c.trivial_note()
+            note = f"<br><small>{esc(note)}</small>" if note else ""
             body.append(f"<tr><td style=\"white-space:nowrap\">{esc(c.ref)}</td>"
-                        f"<td style=\"white-space:normal\">{esc(c.statement)}</td>"
+                        f"<td style=\"white-space:normal\">{esc(c.statement)}{note}</td>"
+                        f"<td style=\"white-space:nowrap\">{esc(c.kind)}</td>"
                         f"<td {num}>{esc(c.measured)}</td><td {num}>{esc(c.relation)}&nbsp;{esc(c.bound)}</td>"
                         f"<td {num}>{esc(c.ratio)}</td><td style=\"text-align:center;white-space:nowrap\">{mark}</td></tr>")
         return ("<table class=\"tfbook-claims\" style=\"width:100%;border-collapse:collapse;table-layout:auto\">"
@@ -287,14 +434,14 @@ class Claims:
         display(self._repr_mimebundle_(), raw=True)
 
     def verdicts(self, width: int = WIDTH) -> str:
-        """Each claim's ref, statement, relation, bound and verdict, without the measured value.
+        """Each claim's ref, kind, statement, relation, bound and verdict, without the measured value.
 
         For claims on trained float32 models, whose measured digits change between CPUs while the frozen
         thresholds and the verdicts do not: the stored outputs can then still be compared by the tests.
         """
         lines = [f"{self.title}: {len(self.items)} claims, {'all hold' if self.all_hold() else 'some FAIL'}"]
         for c in self.items:
-            text = f"{c.ref}: {c.statement} ({c.relation} {c.bound}): {'holds' if c.holds else 'FAILS'}"
+            text = f"{c.ref} ({c.kind}): {c.statement} ({c.relation} {c.bound}): {'holds' if c.holds else 'FAILS'}"
             lines += textwrap.wrap(text, width, initial_indent="* ", subsequent_indent="  ", break_on_hyphens=False)
         return "\n".join(lines)
 

@@ -4,7 +4,8 @@ Every `tfbook.claims.Claims.show` output carries a machine-readable record (mime
 `tfbook.claims.MIME`). This module reads the notebooks listed in ``_toc.yml`` *without executing
 them*, places each claim in the section (markdown heading) above the cell where it was checked,
 and writes one page: counts per chapter, then one table per notebook (section, paper reference,
-statement, measured, bound, ratio, holds) with links to the section where the claim is executed.
+statement, kind, measured, bound, ratio, holds) with links to the section where the claim is executed.
+Records stored before claims had a kind (schema 1) show ``construction``, the default kind.
 
 ``python -m tfbook.claims_page`` writes the page; ``--check`` exits 1 if the stored page differs
 from what the notebooks give (``make notebooks`` and ``make book-stored`` regenerate it).
@@ -165,6 +166,11 @@ def render(chapters: list[Chapter], page: str = PAGE) -> str:
         "measured/bound and whether the claim holds. A claim that fails stops its notebook, so every",
         "stored notebook shows only claims that held when it ran; the tests re-run every notebook and",
         "compare these values. Values below 1e-12 are rounding level and printed as such.",
+        "A claim's kind says what was measured: *construction* (a built model: its error, exactness,",
+        "states or attention), *size* (a count or norm of the built model against the paper's formula),",
+        "*paper* (the paper's mathematics, without a construction) or *experiment* (a trained model or",
+        "a statistical experiment). Where a trivial scale is given (the target's norm, or the error of",
+        "the model that does nothing), the claim shows it with the ratio bound/trivial.",
         "Follow a section link to the cell that checks the claim.",
         "",
         "This page is generated from the claims tables stored in the notebooks",
@@ -187,12 +193,15 @@ def render(chapters: list[Chapter], page: str = PAGE) -> str:
                 continue
             lines += [f"### {_md(nb.title)}", "", f"Notebook: {_link(nb.path.split('/')[-1] + '.ipynb', rel(nb.path))}, "
                       f"{len(nb.rows)} claims.", "",
-                      "| section | ref | claim | measured | bound | measured/bound | holds |",
-                      "|:---|:---|:---|---:|---:|---:|:---:|"]
+                      "| section | ref | claim | kind | measured | bound | measured/bound | holds |",
+                      "|:---|:---|:---|:---|---:|---:|---:|:---:|"]
             for sec, slug, c in nb.rows:
                 where = _link(_md(sec), f"{rel(nb.path)}#{slug}") if slug else "-"
                 mark = "✔ yes" if c["holds"] else "**✘ NO**"
-                lines.append(f"| {where} | {_esc(c['ref'])} | {_esc(c['statement'])} | {_esc(c['measured'])} | "
+                claim = c["statement"] + (f" (trivial scale {c['trivial']}; bound/trivial {c['bound_over_trivial']})"
+                                          if c.get("trivial") else "")
+                kind = c.get("kind", "construction")  # records of schema 1 have no kind
+                lines.append(f"| {where} | {_esc(c['ref'])} | {_esc(claim)} | {_esc(kind)} | {_esc(c['measured'])} | "
                              f"{_esc(c['relation'] + ' ' + c['bound'])} | {_esc(c['ratio'])} | {mark} |")
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
