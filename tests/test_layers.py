@@ -1,10 +1,13 @@
 """Core layers against a naive per-query, per-head reference written straight from the definitions."""
 import itertools
 import math
+import pathlib
+import re
 
 import pytest
 import torch
 
+from tfbook import layers
 from tfbook.device import DTYPE
 from tfbook.layers import (Attention, Block, ElementwiseMultiplication, FeedForward, HeadWeights, Transformer,
                            perturb)
@@ -290,3 +293,91 @@ def test_projected_cache_equals_memory_and_full_causal_run():
         layer(H, memory=H, kv=(Kt, Vt))
     with pytest.raises(ValueError, match="project_memory"):
         layer(H, kv=(Kt[:, :1], Vt))
+
+
+def _constructions():
+    """name -> (build, inputs): each core layer kind alone, a Transformer, and chapter 1's constructions."""
+    from tfbook import foundation as fd
+
+    W, X = random_stack(2, 2, 3, 4), rand(2, 3, 4, seed=40)
+    ff = dict(W_1=rand(5, 4, seed=41), b_1=rand(5, seed=42), W_2=rand(4, 5, seed=43), b_2=rand(4, seed=44))
+    return {
+        "attn": (lambda: Attention.stacked(**W, causal=True, null_key=rand(2, 2, seed=45),
+                                           null_value=rand(2, 3, seed=46)), dict(H=X)),
+        "xattn": (lambda: Attention.stacked(**random_stack(2, 2, 3, 4, 5), cross=True),
+                  dict(H=X, memory=rand(2, 6, 5, seed=47))),
+        "ewml": (lambda: ElementwiseMultiplication(**random_stack(3, 2, 2, 4)), dict(H=X)),
+        "mlp": (lambda: FeedForward(**ff), dict(H=X)),
+        "transformer": (lambda: Transformer([Block(Attention.stacked(**W), FeedForward(**ff)),
+                                             Block(feed_forward=FeedForward(**ff))]), dict(H=X)),
+        "token sum": (lambda: fd.build_token_sum(2, 3), dict(H=rand(2, 3, 4, seed=48))),
+        "abs max": (lambda: fd.build_abs_max(), dict(H=rand(2, 3, 4, seed=49))),
+        "squaring": (lambda: fd.build_squaring(3), dict(H=rand(2, 3, 3, seed=50))),
+    }
+
+
+def _core_layers(model) -> list:
+    return [m for m in model.modules() if getattr(m, "kind", None) in layers.KINDS]
+
+
+def _sabotaged(monkeypatch, **env: str) -> None:
+    """Install the process-wide sabotages as the module does at import, from ``env``; undone after the test."""
+    for name in (layers.PERTURB_ENV, layers.WEIGHTS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    for name, value in (("_ACTIVE", list(layers._ACTIVE)), ("_CORE", None), ("_WEIGHTS", None)):
+        monkeypatch.setattr(layers, name, value)
+    layers._sabotage_from_environment()
+
+
+@pytest.mark.parametrize("name", list(_constructions()))
+def test_the_sabotages_hit_every_core_layer(name, monkeypatch):
+    build, inputs = _constructions()[name]
+    clean = build()
+    _sabotaged(monkeypatch, TFBOOK_PERTURB_CORE="1e-3", TFBOOK_PERTURB_WEIGHTS="1e-3")
+    before = layers.sabotage_hits()
+    model = build()
+    built = layers.sabotage_hits()
+    n_layers = len(_core_layers(model))
+    assert n_layers > 0 and built["TFBOOK_PERTURB_WEIGHTS"] > before["TFBOOK_PERTURB_WEIGHTS"]
+    for a, b in zip(_core_layers(clean), _core_layers(model)):  # every layer stores a changed tensor
+        assert any(not torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters())), a.name
+    with torch.no_grad():
+        model(**inputs)
+    after = layers.sabotage_hits()
+    assert after["TFBOOK_PERTURB_CORE"] - built["TFBOOK_PERTURB_CORE"] == n_layers  # every layer call scaled
+    assert after["TFBOOK_PERTURB_WEIGHTS"] == built["TFBOOK_PERTURB_WEIGHTS"]  # the weights are touched once
+
+
+def test_weight_noise_is_seeded_uniform_on_every_entry_and_counted(monkeypatch):
+    _sabotaged(monkeypatch, TFBOOK_PERTURB_WEIGHTS="0.01")
+    W_1 = torch.tensor([[0.0, 2.0], [-4.0, 0.0], [0.0, 0.0]], dtype=DTYPE)
+    layer = FeedForward(W_1, torch.zeros(3, dtype=DTYPE), torch.ones(2, 3, dtype=DTYPE), None)
+    change = layer.W_1 - W_1
+    assert bool((change != 0).all()) and float(change.abs().max()) <= 0.01 * 4  # zeros included
+    assert torch.equal(layer.b_1, torch.zeros(3, dtype=DTYPE))  # max|w| = 0: nothing to scale the noise by
+    assert layers.sabotage_hits()["TFBOOK_PERTURB_WEIGHTS"] == 2
+    _sabotaged(monkeypatch, TFBOOK_PERTURB_WEIGHTS="0.01")  # a fresh process: the same noise
+    assert torch.equal(FeedForward(W_1, torch.zeros(3, dtype=DTYPE), torch.ones(2, 3, dtype=DTYPE), None).W_1,
+                       layer.W_1)
+    _sabotaged(monkeypatch)
+    assert layers.sabotage_hits() == {"TFBOOK_PERTURB_CORE": 0, "TFBOOK_PERTURB_WEIGHTS": 0}
+    assert torch.equal(FeedForward(W_1, None, torch.ones(2, 3, dtype=DTYPE), None).W_1, W_1)
+
+
+@pytest.mark.parametrize("env, value", [("TFBOOK_PERTURB_CORE", "often"), ("TFBOOK_PERTURB_WEIGHTS", "inf"),
+                                        ("TFBOOK_PERTURB_WEIGHTS", "-1e-3")])
+def test_sabotage_variables_are_validated(env, value, monkeypatch):
+    with pytest.raises(ValueError, match=f"{env} must be a finite real number"):
+        _sabotaged(monkeypatch, **{env: value})
+
+
+def test_no_chapter_module_or_notebook_reads_the_sabotage_machinery():
+    root = pathlib.Path(layers.__file__).resolve().parent.parent
+    machinery = re.compile(r"TFBOOK_PERTURB|sabotage_hits|WeightNoise|PERTURB_ENV|WEIGHTS_ENV|layers\._(CORE|WEIGHTS)")
+    tools = {"layers.py", "notebooks.py", "full.py"}  # the machinery itself, and the tools that run notebooks
+    paths = [p for p in (root / "tfbook").rglob("*.py") if p.name not in tools or p.parent.name != "tfbook"]
+    paths += sorted((root / "book").rglob("*.ipynb"))
+    assert len(paths) > 20
+    assert [str(p.relative_to(root)) for p in paths if machinery.search(p.read_text(encoding="utf-8"))] == []

@@ -16,6 +16,10 @@ trained: every weight is handed in by a construction, and every layer does all o
 * `Block` (attention then feed-forward) and `Transformer` (a stack of blocks).
 * `perturb`: a context manager that scales or adds noise to the update of selected layers (by name,
   kind or head); mutation tests and robustness experiments use it.
+* Two process-wide sabotages, read from the environment at import, for mutation tests of the whole
+  book: ``TFBOOK_PERTURB_CORE=eps`` scales every core layer's update by 1 + eps, and
+  ``TFBOOK_PERTURB_WEIGHTS=eps`` adds seeded uniform noise of eps * max|w| to every entry of every
+  tensor a core layer stores. `sabotage_hits` counts what each has changed. Only the tests read them.
 
 Dense paper-form matrices are built on demand by ``dense()``, never stored.
 """
@@ -47,10 +51,15 @@ def _as_tensor(x, name: str, ndim: int) -> torch.Tensor:
 
 
 def _frozen(t: Optional[torch.Tensor]) -> Optional[nn.Parameter]:
-    return None if t is None else nn.Parameter(t.detach().clone().to(DTYPE), requires_grad=False)
+    """``t`` stored as a frozen float64 parameter: the one function through which core layers store tensors
+    (weights, biases, null keys and values), and so the place of the ``TFBOOK_PERTURB_WEIGHTS`` sabotage."""
+    if t is None:
+        return None
+    t = t.detach().clone().to(DTYPE)
+    return nn.Parameter(t if _WEIGHTS is None else _WEIGHTS(t), requires_grad=False)
 
 
-# --- the perturbation hook -------------------------------------------------------------------------
+# --- the perturbation hooks ------------------------------------------------------------------------
 
 @dataclass
 class Perturbation:
@@ -71,8 +80,32 @@ class Perturbation:
         return self.names is None or any(fnmatch.fnmatchcase(layer.name, p) for p in self.names)
 
 
+@dataclass
+class WeightNoise:
+    """The ``TFBOOK_PERTURB_WEIGHTS=eps`` sabotage; ``hits`` counts the stored tensors it changed."""
+
+    eps: float
+    generator: torch.Generator
+    hits: int = 0
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` plus noise uniform on [-eps max|t|, eps max|t|] in every entry, zeros included.
+
+        A tensor without a non-zero entry (max|t| = 0) is returned unchanged and is not a hit.
+        """
+        amplitude = self.eps * float(t.abs().max()) if t.numel() else 0.0
+        if amplitude == 0:
+            return t
+        self.hits += 1
+        noise = (torch.rand(t.shape, generator=self.generator, dtype=DTYPE) * 2 - 1) * amplitude
+        return t + noise.to(t.device)
+
+
 _ACTIVE: list[Perturbation] = []
 PERTURB_ENV = "TFBOOK_PERTURB_CORE"  # e.g. 1e-3: every core layer's update is scaled by 1 + 1e-3 in this process
+WEIGHTS_ENV = "TFBOOK_PERTURB_WEIGHTS"  # e.g. 1e-3: noise of 1e-3 * max|w| on every stored entry in this process
+_CORE: Optional[Perturbation] = None  # the TFBOOK_PERTURB_CORE sabotage, when set
+_WEIGHTS: Optional[WeightNoise] = None  # the TFBOOK_PERTURB_WEIGHTS sabotage, when set
 
 
 @contextlib.contextmanager
@@ -114,19 +147,47 @@ def perturb(scale: Optional[float] = None, add: Optional[float] = None, *, names
         _ACTIVE.remove(p)
 
 
-def _perturb_from_environment() -> None:
-    """Activate a process-wide ``perturb(scale=1 + eps)`` when ``TFBOOK_PERTURB_CORE=eps`` is set.
+def _eps_from_environment(name: str, low: Optional[float] = None) -> Optional[float]:
+    """The number in the environment variable ``name`` (None when unset or empty); ValueError on junk."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        return validate.real(name, float(value), low=low)
+    except ValueError:
+        raise ValueError(f"{name} must be a finite real number{'' if low is None else f' >= {low}'} such as 1e-3, "
+                         f"got {value!r}") from None
 
-    The mutation test of the whole book runs every construction notebook this way and expects a
-    claim to fail in each.
+
+def _sabotage_from_environment() -> None:
+    """Activate the process-wide sabotages set in the environment (read once, at import).
+
+    ``TFBOOK_PERTURB_CORE=eps``: a ``perturb(scale=1 + eps)`` of every core layer.
+    ``TFBOOK_PERTURB_WEIGHTS=eps`` (eps >= 0): `WeightNoise` on every tensor `_frozen` stores, drawn
+    from a generator seeded with 0, so the noise is the same in every process that builds the same
+    layers in the same order. The mutation tests of the whole book run every construction notebook
+    this way and expect a claim to fail in each.
     """
-    value = os.environ.get(PERTURB_ENV, "").strip()
-    if value:
-        try:
-            eps = validate.real(PERTURB_ENV, float(value))
-        except ValueError:
-            raise ValueError(f"{PERTURB_ENV} must be a finite real number such as 1e-3, got {value!r}") from None
-        _ACTIVE.append(Perturbation(1.0 + eps, None, None, None, None, None, torch.Generator().manual_seed(0)))
+    global _CORE, _WEIGHTS
+    eps = _eps_from_environment(PERTURB_ENV)
+    if eps is not None:
+        _CORE = Perturbation(1.0 + eps, None, None, None, None, None, torch.Generator().manual_seed(0))
+        _ACTIVE.append(_CORE)
+    eps = _eps_from_environment(WEIGHTS_ENV, low=0.0)
+    if eps is not None:
+        _WEIGHTS = WeightNoise(eps, torch.Generator().manual_seed(0))
+
+
+def sabotage_hits() -> dict[str, int]:
+    """What the process-wide sabotages have changed so far, by environment variable: layer calls for
+    ``TFBOOK_PERTURB_CORE``, stored tensors for ``TFBOOK_PERTURB_WEIGHTS`` (0 for a sabotage not set).
+
+    A sabotage that is set and hits nothing tests nothing: an audit checks these counts.
+
+    >>> sorted(sabotage_hits())
+    ['TFBOOK_PERTURB_CORE', 'TFBOOK_PERTURB_WEIGHTS']
+    """
+    return {PERTURB_ENV: 0 if _CORE is None else _CORE.hits, WEIGHTS_ENV: 0 if _WEIGHTS is None else _WEIGHTS.hits}
 
 
 def _head_scale(layer: nn.Module, num_heads: int, device) -> Optional[torch.Tensor]:
@@ -676,4 +737,4 @@ class Transformer(nn.Module):
         return sum(int(torch.count_nonzero(p)) for p in self.parameters())
 
 
-_perturb_from_environment()
+_sabotage_from_environment()
