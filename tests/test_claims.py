@@ -88,6 +88,11 @@ def test_plain_table_lines_fit_in_100_characters():
     lines = c.table().splitlines()
     assert max(len(line) for line in lines) <= 100
     assert "power sums" in c.table() and len(lines) > 5  # wrapped, not cut
+    c.check("Section 1 (sharing)", "counts", "[36, 2, 4, 377, 1, 12, 8]", "[36, 2, 4, 377, 1, 12, 8]", "==")
+    c.check("Thm 1", "a number never wraps", -1.2345e-5, -1.2345e-4, ">=")
+    lines = c.table().splitlines()
+    assert max(len(line) for line in lines) <= 100  # long string values wrap too
+    assert "-1.23e-05" in c.table() and ">= -1.23e-04" in c.table()  # numbers stay whole
 
 
 class _Cells(html.parser.HTMLParser):

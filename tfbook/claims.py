@@ -367,18 +367,26 @@ class Claims:
             raise ClaimError(f"{ref}: {statement}: measured {measured!r} is not {relation} {bound!r}")
 
     def table(self, width: int = WIDTH) -> str:
-        """The claims as a plain-text table, lines of at most ``width`` characters."""
+        """The claims as a plain-text table, lines of at most ``width`` characters.
+
+        Columns too wide for ``width`` wrap at spaces: first the claim (down to 16 characters), then
+        the bound and measured values (down to 12 and 10, which every number fits: only lists and
+        other strings wrap), then the ref (down to 8).
+        """
         header = ("ref", "claim", "kind", "measured", "bound", "measured/bound", "holds")
         rows = [c.row() for c in self.items]
         notes = [c.trivial_note() for c in self.items]
         widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(7)]
         widths[1] = max([widths[1]] + [len(n) for n in notes if n])
         widths[0] = min(widths[0], 18)
-        widths[1] = max(16, min(widths[1], width - 2 * 6 - sum(widths[i] for i in (0, 2, 3, 4, 5, 6))))
+        excess = sum(widths) + 2 * 6 - width
+        for i, floor in ((1, 16), (4, 12), (3, 10), (0, 8)):
+            cut = max(0, min(excess, widths[i] - floor))
+            widths[i], excess = widths[i] - cut, excess - cut
         right = (False, False, False, True, True, True, False)
 
         def line(cells: tuple[str, ...], note: Optional[str] = None) -> list[str]:
-            wrapped = [_wrap(c, w) if i < 2 else [c] for i, (c, w) in enumerate(zip(cells, widths))]
+            wrapped = [_wrap(c, w) if i in (0, 1, 3, 4) else [c] for i, (c, w) in enumerate(zip(cells, widths))]
             wrapped[1] += _wrap(note, widths[1]) if note else []
             out = []
             for k in range(max(len(w) for w in wrapped)):
