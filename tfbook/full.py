@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import time
 from dataclasses import asdict, dataclass, field
@@ -75,7 +74,7 @@ def _cell_output(cell) -> str:
 
 def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT, timeout: int = 7200) -> Result:
     """Execute one notebook in the full profile into ``scratch``; never raises on claim failures."""
-    from nbclient import NotebookClient
+    from tfbook.notebooks import execute_notebook
 
     rel = path.relative_to(root)
     result = Result(str(rel))
@@ -86,22 +85,14 @@ def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(MEASURE))
     env = {"TFBOOK_PROFILE": "full", "TFBOOK_CLAIMS": "record", "TFBOOK_CLAIMS_SINK": str(sink)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the kernel inherits this process's environment
     start = time.perf_counter()
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        nb = execute_notebook(nb, path.parent, path=str(rel), env=env, timeout=timeout).nb
         result.status = "ok"
     except Exception as exc:  # a notebook error is reported, the run goes on
         result.status, result.error = "error", f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
     finally:
         result.wall_s = time.perf_counter() - start
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     for line in _cell_output(nb.cells[-1]).splitlines():
         if line.startswith("TFBOOK_FULL "):
             info = json.loads(line[len("TFBOOK_FULL "):])

@@ -11,8 +11,9 @@ import pathlib
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from tfbook.notebooks import execute_notebook
 
 pytestmark = pytest.mark.mutation
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -39,9 +40,8 @@ def test_core_perturbation_breaks_a_claim(path: pathlib.Path, monkeypatch):
     for cell in nb.cells:  # widgets and timings are not under test here
         if cell.cell_type == "code":
             cell.outputs = []
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     with pytest.raises(CellExecutionError) as err:
-        client.execute()
+        execute_notebook(nb, path.parent, path=str(path.relative_to(ROOT)), timeout=600)
     assert err.value.ename == "ClaimError", f"{path.name} failed with {err.value.ename}, not a failing claim"
 
 
