@@ -271,3 +271,12 @@ def test_kind_and_trivial_are_validated(bad, match):
     args = dict(ref="x", statement="y", measured=0.5, bound=1.0, relation="<=") | bad
     with pytest.raises(ValueError, match=match):
         cl.Claims("t").check(**args)
+
+
+def test_a_roundoff_claim_shows_the_side_of_its_bound():
+    """A roundoff claim that a value is >= a negative bound prints '> bound', not '< bound'."""
+    claims = cl.Claims("sides")
+    claims.check("L", "f >= x^2 up to rounding", -3e-17, -1e-15, ">=", roundoff=True)
+    claims.check("L", "|f - x^2| up to rounding", 3e-17, 1e-12, roundoff=True)
+    assert [c.measured for c in claims.items] == ["> -1e-15", "< 1e-12"]
+    assert [c.bound for c in claims.items] == ["-1e-15", "1e-12"]

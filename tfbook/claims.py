@@ -121,7 +121,7 @@ def fmt(value: Value, digits: int = 3, noise: float = NOISE) -> str:
 def _fmt_bound(value: Value) -> str:
     """A bound is a formula's value, not a measurement: print small bounds as they are."""
     text = fmt(value, noise=0)
-    return text.replace("1.00e-", "1e-") if isinstance(value, float) and text.startswith("1.00e-") else text
+    return text.replace("1.00e-", "1e-") if isinstance(value, float) and text.lstrip("-").startswith("1.00e-") else text
 
 
 FORMULAS: dict[str, Callable[..., Real]] = {}
@@ -353,7 +353,9 @@ class Claims:
         measured, bound = _number(measured, "measured"), _number(bound, "bound")
         holds = _holds(measured, bound, relation, float(rtol))
         shown_trivial, over = (None, None) if trivial is None else _trivial(trivial, bound, relation, kind)
-        shown = f"< {_fmt_bound(bound)}" if roundoff and holds else fmt(measured)
+        # a roundoff claim shows which side of its bound the value lies on, never its rounding digits
+        side = ">" if relation in (">=", ">") else "<"
+        shown = f"{side} {_fmt_bound(bound)}" if roundoff and holds else fmt(measured)
         claim = Claim(ref, statement, shown, _fmt_bound(bound), "-" if roundoff else _ratio(measured, bound, shown),
                       relation, holds, bool(roundoff), _current_cell(), kind, shown_trivial, over, name)
         self.items.append(claim)
