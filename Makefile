@@ -20,8 +20,8 @@ BOOK_SRC := _build/book_src
 # Other BLAS/kernel code paths, the way another CPU would take them (see README: test-portable).
 PORTABLE := MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAPABILITY=default
 
-.PHONY: test unit nbval test-portable test-mutation test-html book book-stored claims-page notebooks full full-estimate \
-	bench lab screenshots constraints clean
+.PHONY: test unit nbval test-portable test-claims claims-audit test-html book book-stored claims-page notebooks full \
+	full-estimate bench lab screenshots constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 test: unit nbval
 
 unit: $(STAMP)
-	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html and not mutation" --doctest-modules tests tfbook
+	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html" --doctest-modules tests tfbook
 
 nbval: $(STAMP)
 	$(QUICK) OMP_NUM_THREADS=1 $(NBVAL) $(NOTEBOOKS)
@@ -42,9 +42,17 @@ nbval: $(STAMP)
 test-portable: $(STAMP)
 	$(QUICK) $(PORTABLE) $(NBVAL) $(NOTEBOOKS)
 
-## make test-mutation: every construction notebook must fail a claim when the core is perturbed by 1e-3.
-test-mutation: $(STAMP)
-	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m mutation tests/book
+## make test-claims: every notebook under three sabotages of the core (zero, eps, weights; tfbook.claims_audit),
+## $(JOBS) runs at a time, into a scratch audit; then every construction claim must be broken by a sabotage (or be
+## on tests/claims_audit_allow.json), no other claim may move, and book/claims_audit.json must be current and agree.
+test-claims: $(STAMP)
+	$(PY) -m tfbook.claims_audit run --jobs $(JOBS) --output _build/claims_audit/audit.json
+	$(PY) -m tfbook.claims_audit check --fresh _build/claims_audit/audit.json
+
+## make claims-audit: the same runs into the stored audit, book/claims_audit.json, and the claims page (commit both).
+claims-audit: $(STAMP)
+	$(PY) -m tfbook.claims_audit run --jobs $(JOBS)
+	$(PY) -m tfbook.claims_page
 
 ## make test-html: the rendered book (after `make book-stored`): no reprs, no long lines, images, titles, TOC.
 test-html: $(STAMP)

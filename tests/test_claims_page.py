@@ -52,6 +52,10 @@ def test_page_lists_claims_in_their_sections_with_counts(tmp_path):
             "x \\| y (trivial scale 2; bound/trivial 0.500) | paper | 0.500 |") in page
     assert "[Second step](ch/01.ipynb#second-step) | Lemma 2 | noise | construction | \\< 1e-12 |" in page
     assert "| - | Lemma 3 | old | construction | 1 |" in page  # no kind stored: the default
+    # counts per kind; without a claims audit, no broken-by counts and a "-" in every row's broken-by column
+    assert "| 1 | 3 | 3 | 0 | 2 | 0 | 1 | 0 | - | - | - | - |" in page
+    assert page.count("| ✔ yes | - |") == 3
+    assert "The claims audit has not run" not in page
     assert claims_page.main([], root=tmp_path) == 0 and claims_page.main(["--check"], root=tmp_path) == 0
     (tmp_path / claims_page.PAGE).write_text("stale")
     assert claims_page.main(["--check"], root=tmp_path) == 1
@@ -62,3 +66,24 @@ def test_slugs_follow_myst():
         "step-2-the--fold-compose-map-lemma-6"
     assert claims_page.slugify(claims_page.heading_text("2. Exact $|x|$ and max")) == "2-exact--and-max"
     assert claims_page._md("2. Exact $|x|$ | y") == "2. Exact $\\vert x\\vert $ \\| y"
+
+
+def test_page_shows_the_claims_audit(tmp_path):
+    _notebook_with_records(tmp_path / "book" / "ch" / "01.ipynb")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/ch/01\n")
+    chapters = claims_page.collect(tmp_path)
+    nb = chapters[0].notebooks[0]
+    claims = [row[2] for row in nb.rows]
+    entry = {"code_hash": nb.code_hash, "claims": [
+        {"cell": c["cell"], "ref": c["ref"], "statement": c["statement"], "occurrence": 0,
+         "kind": c.get("kind", "construction"), "broken_by": broken, "not_reached": stopped}
+        for c, broken, stopped in zip(claims, ([], ["zero", "eps"], []), ([], ["eps"], []))]}
+    entry["claims"].pop()  # Lemma 3: not in the audit
+    audit = {"notebooks": {"book/ch/01.ipynb": entry}}
+    page = claims_page.render(chapters, audit=audit)
+    assert "| 1 | 3 | 3 | 0 | 2 | 0 | 1 | 0 | 1 | 1 | 0 | 0 |" in page  # Lemma 2 broken by zero and eps
+    assert "| Lemma 2 | noise | construction | \\< 1e-12 | \\<= 1e-12 | - | ✔ yes | zero, eps† |" in page
+    assert page.count("| ✔ yes | none |") == 1 and page.count("| ✔ yes | - |") == 1
+    entry["code_hash"] = "another"
+    page = claims_page.render(chapters, audit=audit)
+    assert "The claims audit has not run on this notebook's current code." in page and "| none |" not in page

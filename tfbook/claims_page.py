@@ -3,12 +3,21 @@
 Every `tfbook.claims.Claims.show` output carries a machine-readable record (mime type
 `tfbook.claims.MIME`). This module reads the notebooks listed in ``_toc.yml`` *without executing
 them*, places each claim in the section (markdown heading) above the cell where it was checked,
-and writes one page: counts per chapter, then one table per notebook (section, paper reference,
-statement, kind, measured, bound, ratio, holds) with links to the section where the claim is executed.
-Records stored before claims had a kind (schema 1) show ``construction``, the default kind.
+and writes one page: counts per chapter (claims, held, failed, claims of each kind, construction claims
+broken by each sabotage of the claims audit and by none), then one table per notebook (section, paper
+reference, statement, kind, measured, bound, ratio, holds, broken by) with links to the section where
+the claim is executed. Records stored before claims had a kind (schema 1) show ``construction``, the
+default kind. A Claims object shown several times stores growing records: its last one counts
+(`stored_records`).
+
+*Broken by* is read from the claims audit, ``book/claims_audit.json`` (`tfbook.claims_audit`), when
+it has an entry for the notebook's current code cells (same code hash): the sabotages under which
+the claim failed, marked ``†`` where the run stopped before it; ``none`` when no sabotage broke it;
+``-`` where the audit has no entry.
 
 ``python -m tfbook.claims_page`` writes the page; ``--check`` exits 1 if the stored page differs
-from what the notebooks give (``make notebooks`` and ``make book-stored`` regenerate it).
+from what the notebooks and the audit give (``make notebooks``, ``make claims-audit`` and
+``make book-stored`` regenerate it).
 """
 from __future__ import annotations
 
@@ -20,7 +29,8 @@ from typing import Any, Optional
 
 import nbformat
 
-from tfbook.claims import MIME, cell_id
+from tfbook import claims_audit
+from tfbook.claims import KINDS, MIME, cell_id
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGE = "book/claims.md"
@@ -35,6 +45,7 @@ class Notebook:
     path: str
     title: str
     rows: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    code_hash: str = ""
 
 
 @dataclass
@@ -96,7 +107,6 @@ def read_notebook(path: pathlib.Path, name: str) -> Notebook:
     title, section, slug = name, "", ""
     slugs: set[str] = set()
     where: dict[str, tuple[str, str]] = {}
-    records: dict[str, dict[str, Any]] = {}
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             for level, text in _headings(cell.source):
@@ -110,16 +120,38 @@ def read_notebook(path: pathlib.Path, name: str) -> Notebook:
                 section, slug = text, s
         elif cell.cell_type == "code":
             where.setdefault(cell_id(cell.source), (section, slug))
-            for out in cell.get("outputs", []):
-                record = out.get("data", {}).get(MIME)
-                if isinstance(record, dict) and "claims" in record:
-                    records[record.get("title", "")] = record  # the last record of each Claims object
-    notebook = Notebook(name, title)
-    for record in records.values():
+    notebook = Notebook(name, title, code_hash=claims_audit.code_hash(nb))
+    for record, _ in stored_records(nb):
         for claim in record["claims"]:
             sec, sl = where.get(claim.get("cell") or "", ("", ""))
             notebook.rows.append((sec, sl, claim))
     return notebook
+
+
+def stored_records(nb: nbformat.NotebookNode) -> list[tuple[dict[str, Any], Any]]:
+    """The last record of every Claims object shown in a stored notebook, with the cell that showed it.
+
+    A Claims object shown again stores a record that extends its previous one: a record whose claims
+    begin with the claims of the latest record of the same title replaces it; any other record is a
+    new object. The records come in the order the objects were first shown.
+    """
+    finals: list[tuple[dict[str, Any], Any]] = []
+    latest: dict[str, int] = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for out in cell.get("outputs", []):
+            record = out.get("data", {}).get(MIME)
+            if not (isinstance(record, dict) and isinstance(record.get("claims"), list)):
+                continue
+            title = record.get("title", "")
+            i = latest.get(title)
+            if i is not None and record["claims"][:len(finals[i][0]["claims"])] == finals[i][0]["claims"]:
+                finals[i] = (record, cell)
+            else:
+                latest[title] = len(finals)
+                finals.append((record, cell))
+    return finals
 
 
 def collect(root: pathlib.Path = ROOT) -> list[Chapter]:
@@ -147,8 +179,39 @@ def _link(text: str, target: str) -> str:
     return f"[{text}]({target})"
 
 
-def render(chapters: list[Chapter], page: str = PAGE) -> str:
-    """The page's markdown (deterministic: a function of the stored records only)."""
+def audited(nb: Notebook, audit: Optional[dict[str, Any]]) -> Optional[list[Optional[dict[str, Any]]]]:
+    """Each row's claim in the claims audit (`tfbook.claims_audit`), None where the audit has none;
+    None for the whole notebook when the audit has no entry for its current code."""
+    entry = (audit or {}).get("notebooks", {}).get(nb.path + ".ipynb")
+    if entry is None or entry.get("code_hash") != nb.code_hash:
+        return None
+    by_key = {(c["cell"], c["ref"], c["statement"], c["occurrence"]): c for c in entry["claims"]}
+    return [by_key.get(k) for k in claims_audit.keyed([row[2] for row in nb.rows])]
+
+
+def _broken_by(claim: Optional[dict[str, Any]]) -> str:
+    """The sabotages that broke a claim (``†``: the run stopped before it), ``none`` or ``-`` (not audited)."""
+    if claim is None:
+        return "-"
+    if not claim["broken_by"]:
+        return "none"
+    return ", ".join(s + ("†" if s in claim.get("not_reached", []) else "") for s in claim["broken_by"])
+
+
+def _counts(notebooks: list[Notebook], audit: Optional[dict[str, Any]]) -> list[str]:
+    """Claims per kind, then construction claims broken by each sabotage and unbroken (``-`` unaudited)."""
+    rows = [r for nb in notebooks for r in nb.rows]
+    kinds = [str(sum(r[2].get("kind", "construction") == k for r in rows)) for k in KINDS]
+    audited_rows = [a for nb in notebooks for a in (audited(nb, audit) or []) if a is not None]
+    constr = [a for a in audited_rows if a["kind"] == "construction"]
+    if not audited_rows:
+        return kinds + ["-"] * (len(claims_audit.SABOTAGES) + 1)
+    return kinds + [str(sum(s in a["broken_by"] for a in constr)) for s in claims_audit.SABOTAGES] + \
+        [str(sum(not a["broken_by"] for a in constr))]
+
+
+def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, Any]] = None) -> str:
+    """The page's markdown (deterministic: a function of the stored records and the claims audit only)."""
     base = pathlib.PurePosixPath(page).parent
 
     def rel(path: str) -> str:
@@ -157,6 +220,7 @@ def render(chapters: list[Chapter], page: str = PAGE) -> str:
     with_claims = [c for c in chapters if c.counts()[0]]
     total = sum(c.counts()[0] for c in with_claims)
     held = sum(c.counts()[1] for c in with_claims)
+    sabotages = list(claims_audit.SABOTAGES)
     lines = [
         "(claims-index)=",
         "# Every claim in the book",
@@ -173,36 +237,51 @@ def render(chapters: list[Chapter], page: str = PAGE) -> str:
         "the model that does nothing), the claim shows it with the ratio bound/trivial.",
         "Follow a section link to the cell that checks the claim.",
         "",
-        "This page is generated from the claims tables stored in the notebooks",
+        "*Broken by* comes from the claims audit (`book/claims_audit.json`, `make claims-audit`): every",
+        "notebook is run again under three sabotages of the core layers, *zero* (every layer's update",
+        "removed: the model does nothing), *eps* (every update scaled by 1 + 1e-3) and *weights* (noise of",
+        "1e-3 · max |w| on every stored weight), and a claim is broken by each sabotage under which it",
+        "fails (†: the notebook stopped before reaching it). A construction claim that no sabotage breaks",
+        "checks nothing about the construction; `-` marks a claim the audit has not seen in this",
+        "notebook's current code. The counts give the claims of each kind, then the construction claims",
+        "broken by each sabotage and those broken by none (*unbroken*).",
+        "",
+        "This page is generated from the claims tables stored in the notebooks and the claims audit",
         "(`python -m tfbook.claims_page`); it is rebuilt whenever the notebooks are re-executed.",
         "",
-        "| chapter | notebooks | claims | hold | fail |",
-        "|:---|---:|---:|---:|---:|",
+        "| chapter | notebooks | claims | hold | fail | " + " | ".join(KINDS) + " | "
+        + " | ".join(f"broken by {s}" for s in sabotages) + " | unbroken |",
+        "|:---|" + "---:|" * (4 + len(KINDS) + len(sabotages) + 1),
     ]
     for chapter in with_claims:
         n, h = chapter.counts()
         first = chapter.notebooks[0]
-        lines.append(f"| {_link(_md(chapter.title), rel(first.path))} | {len(chapter.notebooks)} | {n} | {h} | {n - h} |")
-    lines += [f"| **all chapters** | {sum(len(c.notebooks) for c in with_claims)} | **{total}** | {held} | {total - held} |",
-              ""]
+        lines.append(f"| {_link(_md(chapter.title), rel(first.path))} | {len(chapter.notebooks)} | {n} | {h} | {n - h} | "
+                     + " | ".join(_counts(chapter.notebooks, audit)) + " |")
+    every = [nb for c in with_claims for nb in c.notebooks]
+    lines += [f"| **all chapters** | {len(every)} | **{total}** | {held} | {total - held} | "
+              + " | ".join(_counts(every, audit)) + " |", ""]
     for chapter in with_claims:
         n, h = chapter.counts()
         lines += [f"## {_md(chapter.title)}", "", f"{n} claims, {h} hold.", ""]
         for nb in chapter.notebooks:
             if not nb.rows:
                 continue
+            found = audited(nb, audit)
+            note = " The claims audit has not run on this notebook's current code." \
+                if audit is not None and found is None else ""
             lines += [f"### {_md(nb.title)}", "", f"Notebook: {_link(nb.path.split('/')[-1] + '.ipynb', rel(nb.path))}, "
-                      f"{len(nb.rows)} claims.", "",
-                      "| section | ref | claim | kind | measured | bound | measured/bound | holds |",
-                      "|:---|:---|:---|:---|---:|---:|---:|:---:|"]
-            for sec, slug, c in nb.rows:
+                      f"{len(nb.rows)} claims.{note}", "",
+                      "| section | ref | claim | kind | measured | bound | measured/bound | holds | broken by |",
+                      "|:---|:---|:---|:---|---:|---:|---:|:---:|:---|"]
+            for (sec, slug, c), a in zip(nb.rows, found or [None] * len(nb.rows)):
                 where = _link(_md(sec), f"{rel(nb.path)}#{slug}") if slug else "-"
                 mark = "✔ yes" if c["holds"] else "**✘ NO**"
                 claim = c["statement"] + (f" (trivial scale {c['trivial']}; bound/trivial {c['bound_over_trivial']})"
                                           if c.get("trivial") else "")
                 kind = c.get("kind", "construction")  # records of schema 1 have no kind
                 lines.append(f"| {where} | {_esc(c['ref'])} | {_esc(claim)} | {_esc(kind)} | {_esc(c['measured'])} | "
-                             f"{_esc(c['relation'] + ' ' + c['bound'])} | {_esc(c['ratio'])} | {mark} |")
+                             f"{_esc(c['relation'] + ' ' + c['bound'])} | {_esc(c['ratio'])} | {mark} | {_broken_by(a)} |")
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -211,7 +290,7 @@ def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:
     parser = argparse.ArgumentParser(description="generate book/claims.md from the stored notebooks")
     parser.add_argument("--check", action="store_true", help="exit 1 if the stored page is stale")
     args = parser.parse_args(argv)
-    text = render(collect(root))
+    text = render(collect(root), audit=claims_audit.load(root / claims_audit.AUDIT))
     path = root / PAGE
     if args.check:
         if not path.exists() or path.read_text() != text:

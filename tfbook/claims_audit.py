@@ -1,0 +1,621 @@
+"""The claims audit: does each executed claim notice when the model is broken? (``make test-claims``)
+
+Every notebook is executed (quick profile, claims in record-only mode) under three process-wide
+sabotages of the core layers (`tfbook.layers`, read from the environment at import):
+
+``zero``     ``TFBOOK_PERTURB_CORE=-1``: every core layer's update removed, the model does nothing;
+``eps``      ``TFBOOK_PERTURB_CORE=1e-3``: every update scaled by 1 + 1e-3;
+``weights``  ``TFBOOK_PERTURB_WEIGHTS=1e-3``: noise of 1e-3 * max|w| on every stored weight.
+
+The unsabotaged values are the stored ones: the claims records of the stored notebook outputs
+(`tfbook.claims_page.stored_records`, every Claims object's last record). Each claim recorded under
+a sabotage (``TFBOOK_CLAIMS_SINK``) is matched to a stored claim by its *key*: the id of the cell
+that checked it, its ref, its statement and its occurrence (0, 1, ...) among the claims with the same
+cell, ref and statement; claims left over are then matched by cell and ref in order (a statement that
+prints a measured number changes under a sabotage). Per sabotage a stored claim's *outcome* is
+``held``, ``failed``, ``not reached`` (the run stopped, by an error or the timeout, before the claim)
+or ``missing`` (the run completed without it). A claim is *broken* by every sabotage whose outcome is
+not ``held``.
+
+Rules (``check``), each failure naming notebook, cell and claim:
+
+* a *construction* claim broken by no sabotage fails, unless it is on the allow-list
+  (`ALLOW`, only for the chapters in `PAPER_CHAPTERS`);
+* a claim of another kind (size, paper, experiment) whose printed measured value moves under
+  ``zero`` or ``eps`` is mis-kinded and fails (compared with the stored value; for a table whose
+  stored digits are not machine-stable, tagged ``nbval-ignore-output``, with the value under
+  ``weights`` measured on the same machine);
+* in a notebook with construction claims, a sabotage that hit nothing
+  (`tfbook.layers.sabotage_hits`: zero layer calls or stored tensors changed) fails;
+* an allow-list entry that names no unbroken construction claim of its chapter fails;
+* stored outputs older than the notebook's code (a claim's cell id that no code cell has) fail.
+
+A run that stops under a sabotage (a cell raised, or the run passed its timeout) breaks the claims
+it did not reach; ``check`` lists those stops apart (they are not failures by themselves). A run the
+executor could not complete (the kernel stalled on every attempt, or the executor raised) gives no
+verdict and fails.
+
+Each execution goes through `tfbook.notebooks.execute_notebook`, two at a time (``--jobs``), on an
+in-memory copy of the notebook (outputs cleared) with one cell put first: it registers an IPython
+``post_run_cell`` hook that writes the sabotage hit counts to a file after every cell, so the counts
+survive a cell that raises. The kernel's environment is ``TFBOOK_PROFILE=quick``,
+``OMP_NUM_THREADS=1``, ``TFBOOK_CLAIMS=record``, ``TFBOOK_CLAIMS_SINK=<scratch file>`` and the
+sabotage's variable (the other one emptied). A notebook's whole run is bounded by
+``3 x metadata.tfbook.quick_seconds`` (300 s when the notebook has none; never under 60 s); the
+scratch files go to ``_build/claims_audit/<sabotage>/``.
+
+The stored audit, `AUDIT` (``book/claims_audit.json``, one claim per line)::
+
+    {"schema": 1, "sabotages": {"zero": {"TFBOOK_PERTURB_CORE": "-1"}, ...},
+     "notebooks": {"book/ch/01.ipynb": {
+        "chapter": "ch", "code_hash": "<sha256 of the code cells>", "library_hash": "<sha256 of tfbook/**/*.py>",
+        "timeout_s": 90, "stale_outputs": false,
+        "runs": {"zero": {"status": "completed" | "error" | "timeout" | "stalled" | "crashed", "seconds": 12.3,
+                          "hits": 140, "error": ""}, ...},
+        "claims": [{"cell": "<12 hex>", "cell_index": 7, "ref": "Lemma 1", "statement": "...",
+                    "occurrence": 0, "kind": "construction", "measured": "<stored>",
+                    "broken_by": ["zero", "eps"], "not_reached": [], "outcome": {"zero": "failed", ...},
+                    "measured_under": {"zero": "0.5", "eps": "0.0156", "weights": null},
+                    "moved_under": ["zero"]  (claims of other kinds only)}, ...],
+        "extra": [claims recorded under a sabotage that match no stored claim]}}}
+
+``code_hash`` hashes the notebook's code-cell sources, ``library_hash`` every ``tfbook/**/*.py``
+(paths and contents): file times mean nothing in a fresh clone. ``check`` recomputes both and
+fails when they differ from the stored audit (``run make claims-audit``).
+
+The allow-list, `ALLOW` (``tests/claims_audit_allow.json``): a JSON object mapping a claim's
+allow key, ``"<notebook>::<cell id>::<ref>::<statement>"`` (with ``::#<n>`` appended for the n-th,
+n >= 2, claim of the same cell, ref and statement), to its chapter (the notebook's folder under
+``book/``). It may only shrink: ``allow`` prunes entries that no longer match, ``allow --seed``
+adds every unbroken construction claim of the paper chapters (once, when the list is introduced).
+
+Command line::
+
+    python -m tfbook.claims_audit run [--jobs 2] [--output book/claims_audit.json] [NB.ipynb ...]
+        execute the notebooks (default: every notebook of _toc.yml, replacing the whole output;
+        given notebooks are merged into an existing output) and write the audit.
+    python -m tfbook.claims_audit check [--audit book/claims_audit.json] [--fresh AUDIT] [--allow FILE]
+        no execution: the stored audit's hashes must be current; the rules above are applied to
+        ``--fresh`` (a run into a scratch file, as ``make test-claims`` does; its broken-by sets must
+        equal the stored ones) or else to the stored audit. Exit 1 on any failure.
+    python -m tfbook.claims_audit allow [--seed]
+        rewrite the allow-list from the stored audit (prune; ``--seed``: add the unbroken claims).
+
+``make test-claims`` (CI) is ``run --output _build/claims_audit/audit.json`` then
+``check --fresh`` that file; ``make claims-audit`` writes the stored audit and the claims page.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import pathlib
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+import nbformat
+
+from tfbook import claims_page
+from tfbook.claims import cell_id
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+AUDIT = "book/claims_audit.json"
+ALLOW = "tests/claims_audit_allow.json"
+SCRATCH = "_build/claims_audit"
+SCHEMA = 1
+SABOTAGES: dict[str, dict[str, str]] = {
+    "zero": {"TFBOOK_PERTURB_CORE": "-1"},
+    "eps": {"TFBOOK_PERTURB_CORE": "1e-3"},
+    "weights": {"TFBOOK_PERTURB_WEIGHTS": "1e-3"},
+}
+"""The three sabotages, by name, with the environment each sets in the kernel."""
+HIT_COUNTER = {"zero": "TFBOOK_PERTURB_CORE", "eps": "TFBOOK_PERTURB_CORE", "weights": "TFBOOK_PERTURB_WEIGHTS"}
+"""The `tfbook.layers.sabotage_hits` count that tells whether each sabotage hit anything."""
+CORE_SABOTAGES = ("zero", "eps")
+"""A claim that is not a construction claim must not move under these."""
+PAPER_CHAPTERS = ("colsym", "turing", "icgd", "seq2seq", "besov")
+"""The chapters (folders under ``book/``) whose unbroken construction claims may be allow-listed."""
+TIMEOUT_FACTOR, DEFAULT_QUICK_SECONDS, MIN_TIMEOUT = 3, 300, 60
+UNSTABLE_TAG = "nbval-ignore-output"
+_ENV_BASE = {"TFBOOK_PROFILE": "quick", "OMP_NUM_THREADS": "1", "TFBOOK_CLAIMS": "record",
+             "TFBOOK_PERTURB_CORE": "", "TFBOOK_PERTURB_WEIGHTS": ""}
+_HOOK_MARK = "# tfbook.claims_audit hook"
+_HOOK = _HOOK_MARK + """: after every cell, write the sabotage hit counts so far (never stored in a notebook)
+def _tfbook_audit_hits(*_args, _path={path!r}):
+    import json, sys
+    layers = sys.modules.get("tfbook.layers")
+    with open(_path, "w") as f:
+        json.dump(layers.sabotage_hits() if layers is not None else {{}}, f)
+get_ipython().events.register("post_run_cell", _tfbook_audit_hits)
+del _tfbook_audit_hits
+"""
+
+
+# --- hashes -----------------------------------------------------------------------------------------
+
+def code_hash(nb: nbformat.NotebookNode) -> str:
+    """SHA-256 of a notebook's code-cell sources, in order."""
+    sources = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+    return hashlib.sha256(json.dumps(sources).encode()).hexdigest()
+
+
+def library_hash(root: pathlib.Path = ROOT) -> str:
+    """SHA-256 of every ``tfbook/**/*.py`` (relative path and contents, in path order)."""
+    h = hashlib.sha256()
+    base = root / "tfbook"
+    for path in sorted(base.rglob("*.py"), key=lambda p: p.relative_to(base).as_posix()):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+# --- stored claims, keys and matching ---------------------------------------------------------------
+
+Key = tuple[Optional[str], str, str, int]
+
+
+def keyed(claims: Iterable[dict[str, Any]]) -> list[Key]:
+    """Each claim's key (cell, ref, statement, occurrence among claims of the same cell, ref, statement)."""
+    seen: dict[tuple, int] = defaultdict(int)
+    keys = []
+    for c in claims:
+        base = (c.get("cell"), c["ref"], c["statement"])
+        keys.append((*base, seen[base]))
+        seen[base] += 1
+    return keys
+
+
+def stored_claims(nb: nbformat.NotebookNode) -> list[dict[str, Any]]:
+    """The notebook's stored claims (every Claims object's last record), each with its ``kind``
+    (``construction`` for records of schema 1) and ``unstable`` (its table is not compared by nbval)."""
+    out = []
+    for record, cell in claims_page.stored_records(nb):
+        unstable = UNSTABLE_TAG in cell.metadata.get("tags", [])
+        out += [{**c, "kind": c.get("kind", "construction"), "unstable": unstable} for c in record["claims"]]
+    return out
+
+
+def match(stored: list[dict], ran: list[dict]) -> tuple[list[Optional[int]], list[int]]:
+    """For each stored claim, the index of its claim in ``ran`` (None when absent); and the indices of
+    ``ran`` that match no stored claim. First by key, then what is left by (cell, ref) in order when
+    both sides have as many left of that (cell, ref)."""
+    skeys, rkeys = keyed(stored), keyed(ran)
+    where = {k: j for j, k in enumerate(rkeys)}
+    found: list[Optional[int]] = [where.get(k) for k in skeys]
+    used = {j for j in found if j is not None}
+    left_s: dict[tuple, list[int]] = defaultdict(list)
+    left_r: dict[tuple, list[int]] = defaultdict(list)
+    for i, k in enumerate(skeys):
+        if found[i] is None:
+            left_s[k[:2]].append(i)
+    for j, k in enumerate(rkeys):
+        if j not in used:
+            left_r[k[:2]].append(j)
+    for group, indices in left_s.items():
+        if len(left_r.get(group, [])) == len(indices):
+            for i, j in zip(indices, left_r.pop(group)):
+                found[i] = j
+    used = {j for j in found if j is not None}
+    return found, [j for j in range(len(ran)) if j not in used]
+
+
+def allow_key(notebook: str, claim: dict[str, Any]) -> str:
+    """The allow-list key of an audited claim (see the module docstring)."""
+    key = f"{notebook}::{claim['cell']}::{claim['ref']}::{claim['statement']}"
+    return key + (f"::#{claim['occurrence'] + 1}" if claim.get("occurrence") else "")
+
+
+# --- running ------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """One notebook executed under one sabotage."""
+
+    notebook: str
+    sabotage: str
+    status: str = "not run"  # "completed", "error", "timeout", "stalled"
+    seconds: float = 0.0
+    error: str = ""
+    hits: Optional[int] = None
+    claims: list[dict[str, Any]] = field(default_factory=list)
+
+
+def quick_seconds(nb: nbformat.NotebookNode) -> Optional[float]:
+    value = nb.metadata.get("tfbook", {}).get("quick_seconds")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def timeout_seconds(nb: nbformat.NotebookNode) -> int:
+    """The bound of a notebook's whole run: 3 x its quick run time (300 s unknown), at least 60 s."""
+    return max(MIN_TIMEOUT, int(math.ceil(TIMEOUT_FACTOR * (quick_seconds(nb) or DEFAULT_QUICK_SECONDS))))
+
+
+def _relative(path: pathlib.Path, root: pathlib.Path) -> str:
+    return path.resolve().relative_to(root.resolve()).as_posix()
+
+
+def run_one(path: pathlib.Path, sabotage: str, scratch: pathlib.Path, root: pathlib.Path = ROOT,
+            timeout: Optional[int] = None, log=print) -> Run:
+    """Execute one notebook under one sabotage (the stored file is not touched); never raises on a stop."""
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    from tfbook.notebooks import KernelStall, execute_notebook
+
+    rel = _relative(path, root)
+    run = Run(rel, sabotage)
+    base = scratch / sabotage / rel
+    base.parent.mkdir(parents=True, exist_ok=True)
+    sink, hits_file = base.with_suffix(".claims.jsonl"), base.with_suffix(".hits.json")
+    sink.unlink(missing_ok=True)
+    hits_file.unlink(missing_ok=True)
+    nb = nbformat.read(path, as_version=4)
+    budget = timeout if timeout is not None else timeout_seconds(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.cells.insert(0, nbformat.v4.new_code_cell(_HOOK.format(path=str(hits_file.resolve()))))
+    deadline = [time.monotonic() + budget]
+
+    def remaining(cell) -> int:  # the whole run's budget, reset by the hook cell of each (re)start
+        now = time.monotonic()
+        if cell.source.startswith(_HOOK_MARK):
+            deadline[0] = now + budget
+        return max(1, int(math.ceil(deadline[0] - now)))
+
+    env = {**_ENV_BASE, "TFBOOK_CLAIMS_SINK": str(sink.resolve()), **SABOTAGES[sabotage]}
+    start = time.perf_counter()
+    try:
+        execute_notebook(nb, path.resolve().parent, path=f"{rel} [{sabotage}]", env=env, timeout_func=remaining,
+                         log=log)
+        run.status = "completed"
+    except CellTimeoutError:
+        run.status, run.error = "timeout", f"the run passed its {budget} s"
+    except CellExecutionError as exc:
+        run.status, run.error = "error", f"{exc.ename}: {str(exc.evalue).strip()[:300]}"
+    except KernelStall as exc:
+        run.status, run.error = "stalled", str(exc)[:300]
+    except Exception as exc:  # the executor itself failed: no verdict on the claims (check fails on it)
+        run.status, run.error = "crashed", f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+    run.seconds = time.perf_counter() - start
+    if sink.exists():
+        run.claims = [json.loads(line) for line in sink.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if hits_file.exists():
+        run.hits = int(json.loads(hits_file.read_text()).get(HIT_COUNTER[sabotage], 0))
+    log(f"tfbook.claims_audit: {rel} [{sabotage}]: {run.status} in {run.seconds:.1f} s, "
+        f"{len(run.claims)} claims recorded, {run.hits} hits" + (f" ({run.error})" if run.error else ""))
+    return run
+
+
+def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path = ROOT,
+                   library: Optional[str] = None) -> dict[str, Any]:
+    """The audit entry of one notebook from its stored claims and its runs under each sabotage."""
+    nb = nbformat.read(path, as_version=4)
+    rel = _relative(path, root)
+    stored = stored_claims(nb)
+    index = {}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            index.setdefault(cell_id(cell.source), i)
+    matched = {s: match(stored, run.claims) for s, run in runs.items()}
+    claims = []
+    for i, (c, key) in enumerate(zip(stored, keyed(stored))):
+        outcome, measured = {}, {}
+        for s, run in runs.items():
+            j = matched[s][0][i]
+            if j is None:
+                outcome[s], measured[s] = ("missing" if run.status == "completed" else "not reached"), None
+            else:
+                ran = run.claims[j]
+                outcome[s], measured[s] = ("held" if ran["holds"] else "failed"), ran["measured"]
+        entry = {"cell": c.get("cell"), "cell_index": index.get(c.get("cell")), "ref": c["ref"],
+                 "statement": c["statement"], "occurrence": key[3], "kind": c["kind"], "measured": c["measured"],
+                 "broken_by": [s for s in runs if outcome[s] != "held"],
+                 "not_reached": [s for s in runs if outcome[s] in ("not reached", "missing")],
+                 "outcome": outcome, "measured_under": measured}
+        if c["kind"] != "construction":
+            baseline = c["measured"]
+            if c["unstable"] and measured.get("weights") is not None:
+                baseline = measured["weights"]  # stored digits are not machine-stable: same-machine value
+            entry["moved_under"] = [s for s in runs if measured[s] is not None and measured[s] != baseline]
+        claims.append(entry)
+    extra = [{"sabotage": s, "cell": run.claims[j].get("cell"), "ref": run.claims[j]["ref"],
+              "statement": run.claims[j]["statement"]} for s, run in runs.items() for j in matched[s][1]]
+    return {
+        "chapter": pathlib.PurePosixPath(rel).parent.name,
+        "code_hash": code_hash(nb),
+        "library_hash": library or library_hash(root),
+        "timeout_s": timeout_seconds(nb),
+        "stale_outputs": any(c.get("cell") not in index for c in stored),
+        "runs": {s: {"status": r.status, "seconds": round(r.seconds, 1), "hits": r.hits, "error": r.error}
+                 for s, r in runs.items()},
+        "claims": claims,
+        "extra": extra,
+    }
+
+
+def notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """The notebooks of ``_toc.yml``, in book order."""
+    return [root / f"{name}.ipynb" for chapter in claims_page.toc_chapters(root) for name in chapter]
+
+
+def run_audit(paths: list[pathlib.Path], root: pathlib.Path = ROOT, jobs: int = 2,
+              scratch: Optional[pathlib.Path] = None, log=print) -> dict[str, dict[str, Any]]:
+    """Execute ``paths`` under every sabotage, ``jobs`` runs at a time (the longest first); return
+    their audit entries by notebook path (relative to ``root``)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    scratch = scratch or root / SCRATCH
+    budgets = {p: timeout_seconds(nbformat.read(p, as_version=4)) for p in paths}
+    tasks = sorted(((p, s) for p in paths for s in SABOTAGES), key=lambda t: -budgets[t[0]])
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = {task: pool.submit(run_one, task[0], task[1], scratch, root, budgets[task[0]], log)
+                   for task in tasks}
+    library = library_hash(root)
+    return {_relative(p, root): audit_notebook(p, {s: futures[(p, s)].result() for s in SABOTAGES}, root, library)
+            for p in paths}
+
+
+# --- the stored file ----------------------------------------------------------------------------------
+
+def dumps(audit: dict[str, Any]) -> str:
+    """The audit as JSON, one claim per line (small, reviewable diffs)."""
+    lines = ["{", f' "schema": {json.dumps(audit["schema"])},', f' "sabotages": {json.dumps(audit["sabotages"])},',
+             ' "notebooks": {']
+    names = list(audit["notebooks"])
+    for n, name in enumerate(names):
+        entry = audit["notebooks"][name]
+        lines.append(f"  {json.dumps(name)}: {{")
+        head = [k for k in entry if k not in ("claims", "extra")]
+        for k in head:
+            lines.append(f"   {json.dumps(k)}: {json.dumps(entry[k], ensure_ascii=False)},")
+        for k in ("claims", "extra"):
+            items = entry.get(k, [])
+            last = k == "extra"
+            if not items:
+                lines.append(f"   {json.dumps(k)}: []" + ("" if last else ","))
+                continue
+            lines.append(f"   {json.dumps(k)}: [")
+            lines += [f"    {json.dumps(c, ensure_ascii=False)}" + ("," if i < len(items) - 1 else "")
+                      for i, c in enumerate(items)]
+            lines.append("   ]" + ("" if last else ","))
+        lines.append("  }" + ("," if n < len(names) - 1 else ""))
+    lines += [" }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def load(path: pathlib.Path) -> Optional[dict[str, Any]]:
+    if not path.exists():
+        return None
+    audit = json.loads(path.read_text(encoding="utf-8"))
+    if audit.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: audit schema {audit.get('schema')!r}, expected {SCHEMA}: run make claims-audit")
+    return audit
+
+
+def write(path: pathlib.Path, entries: dict[str, dict[str, Any]], merge: bool) -> dict[str, Any]:
+    """Write the audit: ``entries`` alone, or merged into the audit already at ``path``."""
+    old = load(path) if merge else None
+    notebooks_ = dict(old["notebooks"]) if old else {}
+    notebooks_.update(entries)
+    audit = {"schema": SCHEMA, "sabotages": SABOTAGES, "notebooks": dict(sorted(notebooks_.items()))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(audit), encoding="utf-8")
+    return audit
+
+
+def load_allow(path: pathlib.Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    allow = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(allow, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in allow.items()):
+        raise ValueError(f"{path} must be a JSON object mapping allow keys to chapters")
+    return allow
+
+
+# --- checking -----------------------------------------------------------------------------------------
+
+def _name(notebook: str, c: dict[str, Any]) -> str:
+    where = f"cell {c['cell_index']} ({c['cell']})" if c.get("cell_index") is not None else f"cell {c['cell']}"
+    return f"{notebook}, {where}: {c['ref']}: {c['statement']}"
+
+
+def unbroken(audit: dict[str, Any]) -> dict[str, str]:
+    """The allow keys of the construction claims that no sabotage broke, with their chapters."""
+    return {allow_key(nb, c): entry["chapter"] for nb, entry in audit["notebooks"].items()
+            for c in entry["claims"] if c["kind"] == "construction" and not c["broken_by"]}
+
+
+def staleness(audit: Optional[dict[str, Any]], root: pathlib.Path = ROOT) -> list[str]:
+    """Why the audit does not describe the current notebooks and library (empty when it does)."""
+    if audit is None:
+        return ["no stored audit"]
+    out, library = [], library_hash(root)
+    current = {_relative(p, root): p for p in notebooks(root)}
+    for rel, path in current.items():
+        entry = audit["notebooks"].get(rel)
+        if entry is None:
+            out.append(f"{rel}: not audited")
+        elif entry["code_hash"] != code_hash(nbformat.read(path, as_version=4)):
+            out.append(f"{rel}: its code cells changed")
+        elif entry["library_hash"] != library:
+            out.append(f"{rel}: tfbook/**/*.py changed")
+    out += [f"{rel}: not in _toc.yml" for rel in audit["notebooks"] if rel not in current]
+    return out
+
+
+def rules(audit: dict[str, Any], allow: dict[str, str], complete: bool = True) -> list[str]:
+    """The failures of an audit under the rules of the module docstring. ``complete``: the audit
+    covers every notebook (else allow-list entries of notebooks it lacks are not judged)."""
+    failures = []
+    for nb, entry in audit["notebooks"].items():
+        for s, run in entry["runs"].items():
+            if run["status"] in ("crashed", "stalled", "not run"):
+                failures.append(f"{nb} [{s}]: the executor could not run it ({run['status']}: {run['error']}): "
+                                f"no verdict on its claims")
+        if entry.get("stale_outputs"):
+            failures.append(f"{nb}: stored claims come from cells the notebook no longer has: run make notebooks")
+        constr = [c for c in entry["claims"] if c["kind"] == "construction"]
+        for c in constr:
+            if not c["broken_by"] and allow.get(allow_key(nb, c)) != entry["chapter"]:
+                failures.append(f"unbroken construction claim (held under {', '.join(SABOTAGES)}): {_name(nb, c)}")
+        for c in entry["claims"]:
+            moved = [s for s in c.get("moved_under", []) if s in CORE_SABOTAGES]
+            if c["kind"] != "construction" and moved:
+                values = ", ".join(f"{s} {c['measured_under'][s]}" for s in moved)
+                failures.append(f"mis-kinded {c['kind']} claim (its value moves: stored {c['measured']}, {values}): "
+                                f"{_name(nb, c)}")
+        if constr:
+            for s, run in entry["runs"].items():
+                if not run.get("hits"):
+                    failures.append(f"{nb}: sabotage {s} hit nothing ({HIT_COUNTER[s]} count {run.get('hits')}) "
+                                    f"in a notebook with {len(constr)} construction claims")
+    survivors = unbroken(audit)
+    for key, chapter in allow.items():
+        notebook = key.split("::", 1)[0]
+        if chapter not in PAPER_CHAPTERS:
+            failures.append(f"allow-list entry for chapter {chapter!r}, not one of {PAPER_CHAPTERS}: {key}")
+        elif not complete and notebook not in audit["notebooks"]:
+            continue
+        elif survivors.get(key) != chapter:
+            failures.append(f"allow-list entry matches no unbroken construction claim of {chapter}: {key}")
+    return failures
+
+
+def differences(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
+    """Where a fresh audit's claims or broken-by sets differ from the stored audit's."""
+    out = []
+    for nb, entry in fresh["notebooks"].items():
+        old = stored["notebooks"].get(nb)
+        if old is None:
+            out.append(f"{nb}: not in the stored audit")
+            continue
+        before = {allow_key(nb, c): c["broken_by"] for c in old["claims"]}
+        after = {allow_key(nb, c): c["broken_by"] for c in entry["claims"]}
+        for key in before.keys() | after.keys():
+            if sorted(before.get(key, ["(no such claim)"])) != sorted(after.get(key, ["(no such claim)"])):
+                out.append(f"{key}: stored broken by {before.get(key, '(no such claim)')}, "
+                           f"fresh {after.get(key, '(no such claim)')}")
+    return sorted(out)
+
+
+def stops(audit: dict[str, Any]) -> list[str]:
+    """The runs that stopped, and how many claims each left unreached (reported apart: not failures)."""
+    out = []
+    for nb, entry in audit["notebooks"].items():
+        for s, run in entry["runs"].items():
+            if run["status"] in ("error", "timeout"):
+                n = sum(c["outcome"].get(s) == "not reached" for c in entry["claims"])
+                out.append(f"{nb} [{s}]: {run['status']} after {run['seconds']} s ({run['error']}); "
+                           f"{n} claims not reached count as broken")
+    return out
+
+
+def summary(audit: dict[str, Any]) -> str:
+    """A table: per notebook, claims by kind, construction claims broken by each sabotage, unbroken, stops."""
+    header = ("notebook", "claims", "constr", "other", *SABOTAGES, "unbroken", "stops")
+    rows = [header]
+    for nb, entry in audit["notebooks"].items():
+        constr = [c for c in entry["claims"] if c["kind"] == "construction"]
+        rows.append((nb, str(len(entry["claims"])), str(len(constr)), str(len(entry["claims"]) - len(constr)),
+                     *(str(sum(s in c["broken_by"] for c in constr)) for s in SABOTAGES),
+                     str(sum(not c["broken_by"] for c in constr)),
+                     ",".join(s for s, r in entry["runs"].items() if r["status"] != "completed") or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def check(audit_path: pathlib.Path, allow_path: pathlib.Path, fresh_path: Optional[pathlib.Path] = None,
+          root: pathlib.Path = ROOT, log=print) -> list[str]:
+    """Every failure of the stored audit (and of a fresh one); printed through ``log``, returned."""
+    failures = []
+    stored = load(audit_path)
+    stale = staleness(stored, root)
+    if stale:
+        failures.append(f"{_display(audit_path, root)} is not current: run make claims-audit\n  "
+                        + "\n  ".join(stale))
+    fresh = load(fresh_path) if fresh_path is not None else None
+    if fresh_path is not None and fresh is None:
+        failures.append(f"no fresh audit at {fresh_path}")
+    if fresh is not None and stored is not None:
+        diff = differences(stored, fresh)
+        if diff:
+            failures.append(f"{_display(audit_path, root)} differs from the fresh run: run make claims-audit\n  "
+                            + "\n  ".join(diff))
+    judged = fresh or stored
+    if judged is not None:
+        complete = set(judged["notebooks"]) >= {_relative(p, root) for p in notebooks(root)}
+        failures += rules(judged, load_allow(allow_path), complete)
+        log(summary(judged))
+        halted = stops(judged)
+        if halted:
+            log("runs that stopped (the claims they did not reach count as broken):\n  " + "\n  ".join(halted))
+    for f in failures:
+        log(f"FAIL {f}")
+    log(f"tfbook.claims_audit: {len(failures)} failures" if failures else "tfbook.claims_audit: ok")
+    return failures
+
+
+def _display(path: pathlib.Path, root: pathlib.Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def write_allow(audit: dict[str, Any], path: pathlib.Path, seed: bool = False) -> dict[str, str]:
+    """Rewrite the allow-list: keep the entries that still name an unbroken claim of their chapter;
+    with ``seed``, add every unbroken construction claim of the paper chapters."""
+    survivors = unbroken(audit)
+    allow = {k: v for k, v in load_allow(path).items() if survivors.get(k) == v}
+    if seed:
+        allow.update({k: v for k, v in survivors.items() if v in PAPER_CHAPTERS})
+    path.write_text(json.dumps(dict(sorted(allow.items())), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return allow
+
+
+def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_p = sub.add_parser("run", help="execute notebooks under the sabotages and write the audit")
+    run_p.add_argument("notebooks", nargs="*", type=pathlib.Path, help="default: every notebook of _toc.yml")
+    run_p.add_argument("--jobs", type=int, default=2)
+    run_p.add_argument("--output", type=pathlib.Path, default=root / AUDIT)
+    run_p.add_argument("--scratch", type=pathlib.Path, default=root / SCRATCH)
+    check_p = sub.add_parser("check", help="hashes current and the rules hold (no execution)")
+    check_p.add_argument("--audit", type=pathlib.Path, default=root / AUDIT)
+    check_p.add_argument("--fresh", type=pathlib.Path, default=None)
+    check_p.add_argument("--allow", type=pathlib.Path, default=root / ALLOW)
+    allow_p = sub.add_parser("allow", help="prune the allow-list (--seed: add every unbroken claim)")
+    allow_p.add_argument("--seed", action="store_true")
+    allow_p.add_argument("--audit", type=pathlib.Path, default=root / AUDIT)
+    allow_p.add_argument("--allow", type=pathlib.Path, default=root / ALLOW)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        if args.jobs < 1:
+            parser.error(f"--jobs must be >= 1, got {args.jobs}")
+        paths = [p.resolve() for p in args.notebooks] or notebooks(root)
+        start = time.perf_counter()
+        entries = run_audit(paths, root, args.jobs, args.scratch)
+        write(args.output, entries, merge=bool(args.notebooks))
+        print(summary({"notebooks": entries}))
+        print(f"tfbook.claims_audit: audited {len(paths)} notebooks in {time.perf_counter() - start:.1f} s "
+              f"into {_display(args.output, root)} (judge it with `python -m tfbook.claims_audit check`)")
+        return 0
+    if args.command == "check":
+        return 1 if check(args.audit, args.allow, args.fresh, root) else 0
+    audit = load(args.audit)
+    if audit is None:
+        print(f"no audit at {args.audit}: run make claims-audit")
+        return 1
+    allow = write_allow(audit, args.allow, seed=args.seed)
+    print(f"{_display(args.allow, root)}: {len(allow)} entries")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
