@@ -173,3 +173,25 @@ def test_quick_seconds_are_recorded_with_hysteresis():
     assert nb.metadata["tfbook"]["quick_seconds"] == 12
     notebooks.record_quick_seconds(nb, 30.0)
     assert nb.metadata["tfbook"]["quick_seconds"] == 30
+
+
+def test_a_missed_socket_wake_up_is_delivered_without_a_restart(tmp_path):
+    """The client's shell socket is made deaf to its file descriptor before the second cell (as when
+    pyzmq misses an edge-triggered wake-up): the watchdog hands the reply over after a quiet second."""
+    import asyncio
+
+    nb = notebook("print('first')", "print('second')", "print('third')")
+    client = None
+
+    def deafen_shell_socket(cell, cell_index):
+        if cell_index == 1:
+            asyncio.get_running_loop().remove_reader(client.kc.shell_channel.socket.FD)
+
+    client = notebooks.WatchedClient(nb, kernel_manager_class=notebooks.InterpreterKernelManager,
+                                     kernel_name="python3", stall_seconds=STALL_S * 5, iopub_timeout=10,
+                                     shutdown_kernel="immediate", on_cell_execute=deafen_shell_socket,
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    assert [text(c) for c in nb.cells] == ["first\n", "second\n", "third\n"]
+    assert client.stalls == [] and len(client.deliveries) >= 2  # cells 1 and 2 waited on the deaf socket
+    assert all("shell message delivered" in d for d in client.deliveries)
