@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from tfbook import claims as cl
 from tfbook import foundation as fd
 from tfbook.layers import perturb
 from tfbook.model import Sizes
@@ -79,6 +80,35 @@ def test_perturbed_core_breaks_exactness():
     with perturb(scale=1 + 1e-3):
         assert float((fd.run_squaring(sq, x) - fd.square_interp_closed_form(x, 5)).abs().max()) > 1e-4
         assert not torch.equal(summer.read(summer(summer.embed(x=X)), "sum"), X.sum(1, keepdim=True).expand(3, 8, 2))
+
+
+def test_perturbed_core_breaks_abs_max_and_the_sign_of_the_squaring_error():
+    g = torch.arange(-32, 33, dtype=F64) / 8
+    absmax = fd.build_abs_max()
+    x = torch.arange(0, 2**10 + 1, dtype=F64) / 2**10
+    sq = fd.build_squaring(6)
+    with perturb(scale=1 + 1e-3):
+        H = absmax(absmax.embed(x=g.reshape(1, -1), y=g.flip(0).reshape(1, -1)))
+        assert not torch.equal(absmax.read(H, "abs")[0, :, 0], g.abs())
+        assert float((fd.run_squaring(sq, x) - x**2).min()) < 0  # f_m - x^2 >= 0 no longer holds
+
+
+def test_statement_formulas_are_registered_and_match_the_built_models():
+    formulas = (fd.squaring_error_bound, fd.token_sum_nonzero, fd.token_sum_max_weight, fd.abs_max_width,
+                fd.squaring_depth, fd.squaring_width)
+    assert all(cl.FORMULAS[f"{fn.__module__}.{fn.__qualname__}"] is fn for fn in formulas)
+    assert (fd.token_sum_nonzero(3), fd.token_sum_max_weight(8), fd.abs_max_width()) == (6, 8, 5)
+    assert (fd.squaring_depth(7), fd.squaring_width(), fd.squaring_error_bound(2)) == (7, 2, 4.0**-3)
+    with pytest.raises(ValueError, match="must be a real number"):
+        fd.squaring_depth(fd.build_squaring(2))  # a formula takes the paper's parameters, never a model
+    sizes = fd.build_token_sum(3, 8).counted_sizes()
+    assert (sizes.nonzero, sizes.max_abs_weight) == (fd.token_sum_nonzero(3), fd.token_sum_max_weight(8))
+    assert fd.build_abs_max().width == fd.abs_max_width()
+    net = fd.build_squaring(7)
+    assert (net.depth, net.width) == (fd.squaring_depth(7), fd.squaring_width())
+    claims = cl.Claims("test")
+    claims.check("P2", "depth", net.depth, kind="size", formula=fd.squaring_depth, params={"m": 7}, relation="==")
+    assert claims.items[0].formula == "tfbook.foundation.squaring_depth(m=7)" and claims.all_hold()
 
 
 def test_sawtooth_closed_form_teeth():

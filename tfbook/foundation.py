@@ -9,13 +9,17 @@
    one residual feed-forward block per sawtooth g_s, sup error exactly 4^-(m+1) on [0, 1].
 
 References to check against (`hat`, `sawtooth_closed_form`, `square_interp_closed_form`) are
-separate functions that the constructions never call.
+separate functions that the constructions never call. The sizes and the error that the chapter's
+statements give are `tfbook.claims.paper_formula` functions of their parameters (numbers only):
+`token_sum_nonzero`, `token_sum_max_weight`, `abs_max_width`, `squaring_depth`, `squaring_width`
+and `squaring_error_bound`.
 """
 from __future__ import annotations
 
 import torch
 
 from tfbook import bench, validate
+from tfbook.claims import paper_formula
 from tfbook import gadgets as gd
 from tfbook.device import DTYPE
 from tfbook.layout import Layout
@@ -105,9 +109,44 @@ def square_interp_closed_form(x: torch.Tensor, m: int) -> torch.Tensor:
     return ((2 * j + 1) * x - j * (j + 1) / 2.0**m) / 2.0**m
 
 
+# --- the statements' formulas (numbers in, numbers out; never read from a built model) ----------
+
+@paper_formula
 def squaring_error_bound(m: int) -> float:
     """Yarotsky's sup error 4^-(m+1) of f_m on [0, 1]."""
     return 4.0 ** -(validate.positive_int("m", m, 0) + 1)
+
+
+@paper_formula
+def token_sum_nonzero(d: int) -> int:
+    """Lemma (uniform attention): W_Q = W_K = 0, W_V reads the d coordinates of ``x`` and W_O writes d
+    coordinates of ``sum``: 2d non-zero weights."""
+    return 2 * validate.positive_int("d", d)
+
+
+@paper_formula
+def token_sum_max_weight(n: int) -> int:
+    """Lemma (uniform attention): W_O writes n times the average, so the largest weight is n (n >= 1)."""
+    return validate.positive_int("n", n)
+
+
+@paper_formula
+def abs_max_width() -> int:
+    """Lemma (piecewise-linear identities): |x| = relu(x) + relu(-x) (two ReLUs) and
+    max(x, y) = relu(x - y) + relu(y) - relu(-y) (three ReLUs): five hidden units."""
+    return 2 + 3
+
+
+@paper_formula
+def squaring_depth(m: int) -> int:
+    """Yarotsky's f_m as a transformer: one residual feed-forward layer per sawtooth g_s, s = 1..m."""
+    return validate.positive_int("m", m)
+
+
+@paper_formula
+def squaring_width() -> int:
+    """Yarotsky's f_m as a transformer: the hat g(y) = 2 relu(y) - 4 relu(y - 1/2) takes two ReLUs per layer."""
+    return 2
 
 
 def _bench_build(device: torch.device) -> tuple[SlotModel, torch.Tensor]:
