@@ -189,6 +189,44 @@ def test_sizes_against_formulas():
     assert names[:3] == ["x", "y", "w"] and names[-2:] == ["one", "t"] and {"g", "p3", "r2", "s1"} <= set(names)
 
 
+def test_size_formulas_are_registered_paper_formulas():
+    from tfbook.claims import FORMULAS
+
+    formulas = (Bd.D_N, Bd.num_layers, Bd.attention_layers, Bd.ewml_layers, Bd.mlp_layers, Bd.max_heads,
+                Bd.embed_dim, Bd.relu_term_l1_bound)
+    assert all(FORMULAS[f"{f.__module__}.{f.__qualname__}"] is f for f in formulas)
+    for act, M in (("tanh", 32), ("relu", 32)):
+        m = _model(act, M=M)
+        s, counted = m.spec, m.counted_sizes()
+        terms = (M + 1, M + 1) if act != "relu" else (1, 2)  # interpolants; ReLU itself and the ramp
+        assert s.D_N == Bd.D_N(s.dx, s.dy, s.K, s.N)
+        assert counted.layers == Bd.num_layers(s.N, m.L)
+        assert counted.attention_layers == Bd.attention_layers(s.N, m.L)
+        assert counted.ewml_layers == Bd.ewml_layers(s.N, m.L)
+        assert counted.ff_layers == Bd.mlp_layers(m.L)
+        assert counted.max_heads == Bd.max_heads(s.dy, s.K, s.N, *terms)
+        assert counted.embed_dim == Bd.embed_dim(s.dx, s.dy, s.K, s.N)
+        assert Bd.paper_sizes(s.dx, s.dy, s.K, s.N, m.L, *terms) == counted.__class__(
+            **{k: getattr(counted, k) for k in ("layers", "attention_layers", "ewml_layers", "ff_layers",
+                                                "max_heads", "embed_dim", "ff_width")})
+    with pytest.raises(ValueError, match="real number"):
+        Bd.embed_dim(m, 1, 2, 3)  # a model is not a paper's parameter
+
+
+def test_a_model_that_does_nothing_fails_the_invariance_claims():
+    m = _model("tanh")
+    X, Y, xq, w0 = V.random_prompt(m, 2, seed=0)
+    for check in (V.check_state_contract, V.check_query):
+        check(Claims("ok"), m, X, Y, xq, w0)
+        with perturb(scale=0.0), pytest.raises(ClaimError):
+            check(Claims("dead"), m, X, Y, xq, w0)
+    assert V.query_leak(m, X, Y, xq, w0) == (0.0, 0.0)
+    with perturb(scale=0.0):
+        assert V.query_leak(m, X, Y, xq, w0) == (math.inf, math.inf)
+    leak = V.query_leak(V.drop_query_gate(m), X, Y, xq, w0)
+    assert 0 < leak[0] < math.inf and 0 < leak[1] < math.inf
+
+
 def test_deterministic_no_autograd_weights_fixed(monkeypatch):
     torch.manual_seed(1)
     a = _model("softplus", R=5.0)

@@ -2,6 +2,13 @@
 
 `constants(...)` measures B_v, B_r, B_r', B_l on a prompt and its trajectory (the paper leaves them as
 symbols); the functions below evaluate the paper's formulas from them. P = max(sqrt K, sqrt dy).
+
+The sizes of Theorem 1 are registered paper formulas (`tfbook.claims.paper_formula`) in the paper's
+parameters only: `num_layers`, `attention_layers`, `ewml_layers`, `mlp_layers` (Theorem 1's
+(2N+4)L layers, split as in Lemmas 2-5 and D.16), `max_heads` (the heads of the proofs of Lemmas 2-5
+and D.16, with M_1, M_2 the numbers of terms of the tables r_hat, r_hat'), `embed_dim` (the slots of
+the proof of Theorem 1, the derivative slot's printed (N-2)K+d read as (N-1)K+d_y) and
+`relu_term_l1_bound` (Definition 4: ||a_h||_1 <= 1). `paper_sizes` fills a `Sizes` record from them.
 """
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tfbook.claims import paper_formula
 from tfbook.icgd.nets import NetSpec, activation, explicit_gradient, loss_derivative
 from tfbook.icgd.relu_sums import ReluSum, sup_error
 
@@ -126,13 +134,68 @@ def corollary_printed(eps: float, L_f: float, n: int, l: int) -> float:
     return (1 + n * L_f) ** l * eps / L_f
 
 
+@paper_formula
+def D_N(dx: int, dy: int, K: int, N: int) -> int:
+    """Definition 1: the number of weights of the N-layer network, (d_x + d_y) K + (N - 2) K^2."""
+    return (dx + dy) * K + (N - 2) * K ** 2
+
+
+@paper_formula
+def num_layers(N: int, L: int) -> int:
+    """Theorem 1: (2N + 4) L layers (each attention, EWML and MLP layer counts as one, Definition 9)."""
+    return (2 * N + 4) * L
+
+
+@paper_formula
+def attention_layers(N: int, L: int) -> int:
+    """Per block N forward layers (Lemma 2), one derivative layer (Lemma 3) and one update layer (D.16)."""
+    return (N + 2) * L
+
+
+@paper_formula
+def ewml_layers(N: int, L: int) -> int:
+    """Per block N element-wise multiplication layers (Lemma 5; Theorem 1's EWML^N)."""
+    return N * L
+
+
+@paper_formula
+def mlp_layers(L: int) -> int:
+    """Per block the loss-derivative MLP (Lemma 4) and the projection MLP."""
+    return 2 * L
+
+
+@paper_formula
+def max_heads(dy: int, K: int, N: int, M1: int, M2: int) -> int:
+    """The most heads of one layer in the proofs: K M_1 (forward, j < N), d_y M_1 (forward, j = N),
+    ((N-1)K + d_y) M_2 (derivatives), 2((N-1)K + d_y) (update), K and d_y (EWML)."""
+    width = (N - 1) * K + dy
+    return max(K * M1, dy * M1, width * M2, 2 * width, K, dy)
+
+
+@paper_formula
+def embed_dim(dx: int, dy: int, K: int, N: int) -> int:
+    """The proof of Theorem 1: x (d_x), y (d_y), w (D_N), p, r' and s ((N-1)K + d_y each), g (d_y), 1 and t.
+
+    The proof prints r' in R^{(N-2)K+d}; one derivative per unit of every layer needs (N-1)K + d_y.
+    """
+    return dx + 2 * dy + D_N(dx, dy, K, N) + 3 * ((N - 1) * K + dy) + 2
+
+
+@paper_formula
+def relu_term_l1_bound() -> float:
+    """Definition 4: every term of a sum of ReLUs has ||a_h||_1 <= 1."""
+    return 1.0
+
+
 def paper_sizes(dx: int, dy: int, K: int, N: int, L: int, terms_r: int, terms_dr: int):
-    """Theorem 1's sizes from its formulas (heads per layer from the recipe of Lemmas 2-5 and D.16)."""
+    """Theorem 1's sizes from its formulas (heads per layer from the recipe of Lemmas 2-5 and D.16).
+
+    ``ff_width`` is the width of our projection MLP (two units per coordinate of w and of the scratch):
+    the paper leaves the projection MLP, and its width D_w, open.
+    """
     from tfbook.model import Sizes
 
-    D_N = (dx + dy) * K + (N - 2) * K ** 2
-    width_all = (N - 1) * K + dy
-    D = dx + 2 * dy + D_N + 3 * width_all + 2
-    heads = [K * terms_r, dy * terms_r, width_all * terms_dr, 2 * width_all, K, dy]
-    return Sizes(layers=(2 * N + 4) * L, attention_layers=(N + 2) * L, ewml_layers=N * L, ff_layers=2 * L,
-                 max_heads=max(heads), embed_dim=D, ff_width=2 * (D - dx - dy - 2))
+    D = embed_dim(dx, dy, K, N)
+    return Sizes(layers=num_layers(N, L), attention_layers=attention_layers(N, L), ewml_layers=ewml_layers(N, L),
+                 ff_layers=mlp_layers(L), max_heads=max_heads(dy, K, N, terms_r, terms_dr), embed_dim=D,
+                 ff_width=2 * (D - dx - dy - 2))
