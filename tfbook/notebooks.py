@@ -442,9 +442,12 @@ def _display(path: pathlib.Path) -> str:
 def execute_many(paths: list[pathlib.Path], jobs: int = 2, timeout: int = CELL_TIMEOUT,
                  env: Optional[dict[str, str]] = None) -> list[float]:
     """`execute` each notebook in place, ``jobs`` at a time; every notebook runs even if one fails,
-    then the first failure is raised."""
+    then the first failure is raised. With ``jobs > 1`` each kernel gets an equal share of the cores
+    (``OMP_NUM_THREADS``, unless set): oversubscribed BLAS threads spin and slow every notebook."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if jobs > 1 and "OMP_NUM_THREADS" not in {**os.environ, **(env or {})}:
+        env = {**(env or {}), "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
     with ThreadPoolExecutor(jobs) as pool:
         futures = [pool.submit(execute, p, timeout, None, env) for p in paths]
     errors = [f.exception() for f in futures if f.exception() is not None]
