@@ -227,6 +227,34 @@ def test_size_formulas_structure():
     assert bv.paper_width(10, 4, 2, 2) == (6 * 2 * 2 * 4 + 4) * 10 + 4
 
 
+def test_paper_formulas_registered_numbers_only_and_hand_values():
+    from tfbook.claims import FORMULAS
+    from tfbook.besov import formulas
+    for name in formulas.__all__:
+        fn = getattr(formulas, name)
+        assert FORMULAS[f"{fn.__module__}.{fn.__qualname__}"] is fn
+    assert bv.lemma3_weight_bound() == 1 and bv.thm1_heads() == 1
+    assert bv.lemma4_depth(1.0, 4.0**-3) == 6.0 and abs(bv.lemma4_depth(3.0, 9 * 4.0**-6) - (12 - math.log2(3))) < 1e-12
+    assert [bv.lemma5_width(d, m) for d, m in ((1, 1), (2, 2), (1, 3))] == [20, 100, 92]
+    assert [bv.lemma5_weight_bound(m) for m in (1, 2, 3)] == [4, 18, 128]
+    # L0 = 3 + 2 ceil(log2(3^(d v m) / (eps c))) + 5 ceil(log2(d v m)): at d = m = 2, eps = 9/4, c = 1: 3 + 2 * 2 + 5
+    assert bv.lemma5_depth(2, 2, 9 / 4) == 12 and bv.lemma5_depth(2, 2, 9 / 2**10) == 3 + 20 + 5
+    assert bv.lemma5_depth(2, 2, 9 / 5) == 3 + 2 * 3 + 5 and bv.lemma5_depth(2, 2, 9 / 4, c=2.0) == 3 + 2 * 1 + 5
+    assert bv.lemma5_depth_growth(2, 2, 9 / 4, 9 / 2**10) == 16
+    assert [bv.thm1_rounds(l) for l in (1, 2, 3, 4, 5, 7, 8, 9, 16, 17)] == [0, 1, 2, 2, 3, 3, 3, 4, 4, 5]
+    assert [bv.thm1_rounds(l) for l in range(1, 40)] == [bv.rounds(l) for l in range(1, 40)]
+    assert bv.thm1_width(10, 4, 2, 2) == bv.paper_width(10, 4, 2, 2) == 100 * 10 + 4
+    assert bv.thm1_width_growth(5, 1, 1, 2, 7) == 5
+    assert bv.flat_width(6, 16, 1) == (6 * 16 * 3 + 32) * 6
+    assert abs(bv.flat_width_slope([2, 4, 8, 16], 6, 1, 1) - 1) < 1e-12
+    assert bv.lemma6_attention_lipschitz(1, 3, 1) == 10
+    model = bv.build_transformer(*bv.random_atoms(2, 3, 1, 1, 1, seed=0), 1, 2, 3.0)
+    for bad in (lambda: bv.thm1_width(model, 3, 1, 1), lambda: bv.lemma5_width("2", 1), lambda: bv.thm1_rounds(True),
+                lambda: bv.lemma4_depth(torch.tensor(1.0), 0.1)):
+        with pytest.raises(ValueError, match="must be a real number"):
+            bad()
+
+
 def test_error_bound_formula():
     c = torch.tensor([1.0, -2.0], dtype=DTYPE)
     l, d, m, m_q, gamma = 5, 2, 2, 4, 3.0

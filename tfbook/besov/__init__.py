@@ -9,18 +9,24 @@ Public API (the chapter's contract):
   `error_bound`, `paper_width`
 * rates: `smoothness`, `D`, `eta`, `nu`, `num_atoms`, `risk_exponents`, `token_count`
 * grids and masks: `aniso_interpolant`, `token_mask`, `quantize`
+* the paper's size formulas (`formulas`, each a `tfbook.claims.paper_formula`): `lemma3_weight_bound`,
+  `lemma4_depth`, `lemma5_width`, `lemma5_weight_bound`, `lemma5_depth`, `lemma5_depth_growth`, `thm1_rounds`,
+  `thm1_heads`, `thm1_width`, `thm1_width_growth`, `flat_width`, `flat_width_slope`, `lemma6_attention_lipschitz`
 
-Submodules: `references`, `rates`, `program` (vectorised slot programs), `gadgets`, `transformer`, `grids`.
+Submodules: `references`, `rates`, `formulas`, `program` (vectorised slot programs), `gadgets`, `transformer`, `grids`.
 """
 from __future__ import annotations
 
 import torch
 
 from tfbook import bench
-from tfbook.besov import estimation
+from tfbook.besov import estimation, formulas
 from tfbook.besov.estimation import best_grid_mse, hat_features
 from tfbook.besov.gadgets import (BSplineNet, ProductNet, bspline_net, bspline_net_error, product_error_range,
                                   product_net, product_reference, spline_factor_constant, yarotsky)
+from tfbook.besov.formulas import (flat_width, flat_width_slope, lemma3_weight_bound, lemma4_depth, lemma5_depth,
+                                   lemma5_depth_growth, lemma5_weight_bound, lemma5_width, lemma6_attention_lipschitz,
+                                   thm1_heads, thm1_rounds, thm1_width, thm1_width_growth)
 from tfbook.besov.grids import (aniso_interpolant, hat_interpolate, levels, quantize, sparse_evaluate, sparse_interpolant, token_mask,
                                 weierstrass)
 from tfbook.besov.rates import (D, balance_fit, delta, eta, nu, num_atoms, paper_balance_power, risk_exponents,
@@ -30,7 +36,9 @@ from tfbook.besov.transformer import (BesovTransformer, atom_width, build_transf
                                       paper_width, random_atoms, rounds, support_samples, transformer_sizes)
 
 __all__ = [
-    "best_grid_mse", "estimation", "hat_features", "BSplineNet", "BesovTransformer", "D", "ProductNet", "aniso_interpolant", "atom_width", "balance_fit",
+    "best_grid_mse", "estimation", "formulas", "flat_width", "flat_width_slope", "lemma3_weight_bound", "lemma4_depth",
+    "lemma5_depth", "lemma5_depth_growth", "lemma5_weight_bound", "lemma5_width", "lemma6_attention_lipschitz",
+    "thm1_heads", "thm1_rounds", "thm1_width", "thm1_width_growth", "hat_features", "BSplineNet", "BesovTransformer", "D", "ProductNet", "aniso_interpolant", "atom_width", "balance_fit",
     "bspline", "bspline_net", "bspline_net_error", "build_transformer", "check_atoms", "delta", "error_bound",
     "eta", "expansion", "fnn_baseline", "hat_interpolate", "leak", "sparse_evaluate", "levels", "nu", "num_atoms", "paper_balance_power", "paper_width", "partner",
     "product_error_range", "product_net", "product_reference", "quantize", "random_atoms", "risk_exponents",

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from tfbook import validate
+from tfbook.besov import formulas
 from tfbook.besov.gadgets import BesovConstruction, bspline_net_error
 from tfbook.besov.program import (FFLayer, Stream, add_clip, emit_clip, emit_product, emit_spline, num_saw,
                                   spline_depth, spline_scratch)
@@ -175,7 +176,7 @@ def error_bound(coeffs, l: int, d: int, m: int, m_q: int, gamma: float) -> float
 def paper_width(N: int, l: int, d: int, m: int) -> int:
     """Theorem 1's W = W_0 N + E with W_0 = 6 d m (m+2) + 2 d and E = l."""
     N, l, d, m = order("N", N), order("l", l), order("d", d), order("m", m)
-    return (6 * d * m * (m + 2) + 2 * d) * N + l
+    return formulas.thm1_width(N, l, d, m)
 
 
 def random_atoms(N: int, l: int, d: int, m: int, kmax: int, seed: int = 0):

@@ -1,0 +1,111 @@
+"""The paper's size formulas, in the paper's parameters only (numbers, never a built model).
+
+Each function is registered with `tfbook.claims.paper_formula`, so that a size claim computes its bound
+from the paper's statement: counts and norms of the built networks (widths, depths, attention layers,
+heads, largest weights) are compared with these values, never with a recount of the same network.
+
+* Lemma 3 (squaring, as printed): ``lemma3_weight_bound()`` = B_1 = 1.
+* Lemma 4 (product, as printed): ``lemma4_depth(R, eps)`` = L = log2(R / eps).
+* Lemma 5 (ReLU B-spline, cited from Suzuki 2019): ``lemma5_width(d, m)`` = W_0 = 6dm(m+2) + 2d,
+  ``lemma5_weight_bound(m)`` = B_0 = 2(m+1)^m, ``lemma5_depth(d, m, eps, c)`` = L_0 =
+  3 + 2 ceil(log2(3^(d v m) / (eps c))) + 5 ceil(log2(d v m)) and ``lemma5_depth_growth``.
+* Theorem 1: ``thm1_rounds(l)`` = T = T_0 = ceil(log2 l), ``thm1_heads()`` = H = 1,
+  ``thm1_width(N, l, d, m)`` = W = W_0 N + E with E = l, ``thm1_width_growth``.
+* The fully connected comparison (Suzuki 2019, Lemma 5 on the flattened input of dimension D = d l):
+  ``flat_width(N, D, m)`` = W_0(D) N and ``flat_width_slope(ls, N, d, m)``, its log-log slope in l.
+* Lemma 6 (as printed): ``lemma6_attention_lipschitz(H, W, B)`` = H W^2 B^2 + 1.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tfbook.claims import paper_formula
+
+
+@paper_formula
+def lemma3_weight_bound() -> int:
+    """Lemma 3's weight bound B_1 = 1, as printed (the sawtooth 2 relu(x) - 4 relu(x - 1/2) needs 4)."""
+    return 1
+
+
+@paper_formula
+def lemma4_depth(R: float, eps: float) -> float:
+    """Lemma 4's depth L = log2(R / eps) for a product on [0, R]^2 with accuracy eps, as printed."""
+    return math.log2(R / eps)
+
+
+@paper_formula
+def lemma5_width(d: int, m: int) -> int:
+    """Lemma 5's width W_0 = 6 d m (m + 2) + 2 d (no term in the accuracy)."""
+    return 6 * d * m * (m + 2) + 2 * d
+
+
+@paper_formula
+def lemma5_weight_bound(m: int) -> int:
+    """Lemma 5's weight bound B_0 = 2 (m + 1)^m."""
+    return 2 * (m + 1) ** m
+
+
+@paper_formula
+def lemma5_depth(d: int, m: int, eps: float, c: float = 1.0) -> int:
+    """Lemma 5's depth L_0 = 3 + 2 ceil(log2(3^(d v m) / (eps c))) + 5 ceil(log2(d v m)); c = c_(d,m) is
+    not specified by the paper."""
+    k = max(d, m)
+    return 3 + 2 * math.ceil(math.log2(3.0**k / (eps * c))) + 5 * math.ceil(math.log2(k))
+
+
+@paper_formula
+def lemma5_depth_growth(d: int, m: int, eps_from: float, eps_to: float, c: float = 1.0) -> int:
+    """L_0(eps_to) - L_0(eps_from): the depth Lemma 5 adds for the finer accuracy (c cancels up to the
+    rounding of the ceilings)."""
+    return lemma5_depth(d, m, eps_to, c) - lemma5_depth(d, m, eps_from, c)
+
+
+@paper_formula
+def thm1_rounds(l: int) -> int:
+    """Theorem 1's T = T_0 = ceil(log2 l) attention layers (0 for l = 1)."""
+    return (int(l) - 1).bit_length()
+
+
+@paper_formula
+def thm1_heads() -> int:
+    """Theorem 1's H = 1 head per attention layer."""
+    return 1
+
+
+@paper_formula
+def thm1_width(N: int, l: int, d: int, m: int) -> int:
+    """Theorem 1's width W = W_0 N + E with W_0 = 6 d m (m + 2) + 2 d and E = l."""
+    return lemma5_width(d, m) * N + l
+
+
+@paper_formula
+def thm1_width_growth(N: int, d: int, m: int, l_from: int, l_to: int) -> int:
+    """W(l_to) - W(l_from) of Theorem 1: the width grows with l only through E = l (token-wise sharing)."""
+    return thm1_width(N, l_to, d, m) - thm1_width(N, l_from, d, m)
+
+
+@paper_formula
+def flat_width(N: int, D: int, m: int) -> int:
+    """Width W_0(D) N of the fully connected network of Suzuki (2019) on the flattened input of dimension D."""
+    return lemma5_width(D, m) * N
+
+
+@paper_formula
+def flat_width_slope(ls, N: int, d: int, m: int) -> float:
+    """Log-log slope in l of `flat_width` at D = d l over the sentence lengths ``ls`` (1: linear in l)."""
+    widths = [flat_width(N, d * int(l), m) for l in ls]
+    return float(np.polyfit(np.log(np.asarray(ls, dtype=float)), np.log(widths), 1)[0])
+
+
+@paper_formula
+def lemma6_attention_lipschitz(H: int, W: int, B: float) -> float:
+    """Lemma 6's Lipschitz constant H W^2 B^2 + 1 of an attention layer in the sup norm, as printed."""
+    return H * W**2 * B**2 + 1
+
+
+__all__ = ["lemma3_weight_bound", "lemma4_depth", "lemma5_width", "lemma5_weight_bound", "lemma5_depth",
+           "lemma5_depth_growth", "thm1_rounds", "thm1_heads", "thm1_width", "thm1_width_growth", "flat_width",
+           "flat_width_slope", "lemma6_attention_lipschitz"]
