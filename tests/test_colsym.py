@@ -11,6 +11,7 @@ import tfbook.colsym as cs
 from tfbook import claims as cl
 from tfbook.colsym import checks, verify
 from tfbook.layers import perturb
+from tfbook.model import Sizes
 
 F64 = torch.float64
 
@@ -177,8 +178,76 @@ def test_perturbed_core_breaks_every_check():
                   lambda c: checks.prop3(c, model, [X]),
                   lambda c: checks.theorem1(c, model, coeffs, "Ex 1", bound, n_random=16, ascent_steps=0)):
         check(cl.Claims("intact"))
-        with perturb(scale=1 + 1e-3), pytest.raises(cl.ClaimError):
-            check(cl.Claims("perturbed"))
+        for scale in (1 + 1e-3, 0.0):  # a 1e-3 change of every layer, and a model that does nothing
+            with perturb(scale=scale), pytest.raises(cl.ClaimError):
+                check(cl.Claims("perturbed"))
+
+
+def test_check_kinds_formulas_and_trivial_scales():
+    coeffs, model, bound = _mutant_setting()
+    X = verify.candidate_inputs(model, 16, 0)["random"]
+    claims = cl.Claims("kinds")
+    checks.prop1(claims, model, X)
+    checks.prop2(claims, model, X)
+    checks.prop3(claims, model, [X])
+    checks.theorem1(claims, model, coeffs, "Ex 1", bound, n_random=16, ascent_steps=0)
+    checks.sizes(claims, model, "Ex 1")
+    assert claims.all_hold()
+    sizes = [c for c in claims.items if c.kind == "size"]
+    assert len(sizes) == 7 and all(c.formula.startswith("tfbook.colsym.bounds.") for c in sizes)
+    errors = [c for c in claims.items if c.kind == "construction" and not c.roundoff]
+    assert len(errors) == 4 and all(c.trivial is not None and float(c.bound_over_trivial) < 1 for c in errors)
+    (thm,) = [c for c in claims.items if c.ref == "Thm 1" and c.kind == "construction"]
+    assert thm.trivial == cl.fmt(cs.sup_norm(coeffs, 6), noise=0)  # ||f||_inf, the zero network's error
+
+
+def test_size_formulas_are_registered_paper_formulas():
+    names = ["paper_width", "paper_depth", "prop1_width", "prop1_depth", "prop3_depth", "paper_ff_layers",
+             "paper_heads", "paper_attention_layers", "prop1_attention_layers", "prop2_query_key_weight",
+             "lemma1_width", "product_width", "lemma2_depth", "lemma2_width", "values_over_n",
+             "flattened_increments", "flattened_increment_floor"]
+    for name in names:
+        assert cl.FORMULAS[f"tfbook.colsym.bounds.{name}"] is getattr(cs, name)
+    assert (cs.paper_width(2, 3, 4), cs.paper_depth(3, 2), cs.prop3_depth(3, 2), cs.paper_ff_layers(3, 2)) == (
+        12 * 4**3 * 4, 2 * 3 * 2 + 9, 2 * 3 + 1 + 2 * 4, 2 * 7)
+    assert cs.impl_depth(3, 2) == cs.prop3_depth(3, 2)
+    assert cs.paper_sizes(2, 3, 4, 2) == Sizes(**{f: fn(**p) for f, (fn, p) in cs.paper_size_formulas(2, 3, 4, 2).items()})
+    with pytest.raises(ValueError, match="must be a real number"):
+        cs.paper_width(2, 3, cs.build_transformer({((1,),): 1.0}, 1, 3, 2, 2))
+
+
+def test_theorem1_claim_refuses_a_vacuous_bound():
+    coeffs = cs.example1_coeffs(1, 2)
+    model = cs.build_transformer(coeffs, 1, 4, 2, 1)  # 8^2 2^-1 = 32: the bound exceeds ||f||
+    with pytest.raises(ValueError, match="not below the trivial scale"):
+        checks.theorem1(cl.Claims("vacuous"), model, coeffs, "Ex 1", cs.theorem1_bound(coeffs, 1, 4, 2, 1),
+                        n_random=4, ascent_steps=0)
+
+
+def test_prop3_claims_exact_zeros_beyond_n_with_the_falling_clip():
+    d, s, N, L, n = 2, 3, 4, 3, 2
+    model = cs.build_transformer(cs.example1_coeffs(d, s), d, n, N, L)
+    X = torch.rand(64, d, n, dtype=F64)
+    claims = cl.Claims("zeros")
+    checks.prop3(claims, model, [X])
+    (claim,) = claims.items
+    assert "rank > n" in claim.statement and claim.holds
+    T = model.keys[3][0]
+    (clip_layer,) = model.gadget_layers(f"clip{T}")
+    slot = model.layout.index(f"P{T}")
+
+    def leak(layer, update):  # a rank-3 P~_T that is no longer exactly zero, however small
+        update = update.clone()
+        update[..., slot] += 1e-9
+        return update
+
+    with perturb(fn=leak, names=[clip_layer]), pytest.raises(cl.ClaimError, match="rank > n"):
+        checks.prop3(cl.Claims("leak"), model, [X])
+    paper = cs.build_transformer({T: c for T, c in cs.example1_coeffs(d, s).items() if len(T) <= 2}, d, n, N, L,
+                                 clip="paper")
+    claims = cl.Claims("paper clip")
+    checks.prop3(claims, paper, [X])
+    assert "rank > n" not in claims.items[0].statement and claims.all_hold()
 
 
 def test_search_attains_prop1_and_prop2_bounds():

@@ -5,6 +5,10 @@ Public API (the issue's contract):
 * `build_transformer(coeffs, d, n, N, L)` -> `ColsymTransformer`, ``model(X)`` for X (batch, d, n) in [0, 1]
 * `msp(T, X)`: P_T evaluated exactly
 * `theorem1_bound(coeffs, d, n, N, L)` = 8^s ||f||_inf N^-L, `paper_width(d, s, N)`, `paper_depth(s, L)`
+* the paper's size formulas, registered with `tfbook.claims.paper_formula` (the bounds of the size claims):
+  `paper_width`, `paper_depth`, `prop1_width`, `prop1_depth`, `prop3_depth`, `paper_ff_layers`, `paper_heads`,
+  `paper_attention_layers`, `prop1_attention_layers`, `prop2_query_key_weight`, `lemma1_width`, `product_width`,
+  `lemma2_depth`, `lemma2_width`, `values_over_n`, `flattened_increments`, `flattened_increment_floor`
 
 Submodules: `algebra` (the P_T basis, Lemmas 3 and 6, counts), `squaring` (Lemmas 1, 2, 7 on `tfbook.gadgets`),
 `construction` (Props 1-3 and the read-out, `paper_sizes`), `bounds` (eq. (4), Section 8's constant, size
@@ -21,11 +25,14 @@ from tfbook import bench
 from tfbook.colsym.algebra import (canonical, count_bounds, degree, decompose_column_symmetric, enumerate_msp,
                                    enumerate_multi_indices, evaluate, expand, lemma3_terms, max_value, msp,
                                    msp_bruteforce, msp_partition, msp_symbolic, term_coefficient)
-from tfbook.colsym.bounds import (impl_depth, paper_depth, paper_width, prop1_depth, prop1_width,
-                                  recursion_constant, recursive_error_bound, section8_constant, sup_norm,
-                                  theorem1_bound_from)
-from tfbook.colsym.construction import (ColsymTransformer, build_transformer, example1_coeffs, paper_sizes,
-                                        random_coeffs, validate_coeffs)
+from tfbook.colsym.bounds import (flattened_increment_floor, flattened_increments, impl_depth, lemma1_width,
+                                  lemma2_depth, lemma2_width, paper_attention_layers, paper_depth, paper_ff_layers,
+                                  paper_heads, paper_width, product_width, prop1_attention_layers, prop1_depth,
+                                  prop1_width, prop2_query_key_weight, prop3_depth, recursion_constant,
+                                  recursive_error_bound, section8_constant, sup_norm, theorem1_bound_from,
+                                  values_over_n)
+from tfbook.colsym.construction import (ColsymTransformer, build_transformer, example1_coeffs, paper_size_formulas,
+                                        paper_sizes, random_coeffs, validate_coeffs)
 from tfbook.colsym.squaring import (FNN, build_product, build_product_fnn, build_sawtooth, build_square_fnn, choose_k,
                                     fnn_to_transformer, product_error, run_converted, run_slots, squaring_error)
 from tfbook import validate
@@ -55,6 +62,9 @@ bench.register("colsym: Theorem 1, d=2 s=3 N=4 L=4, n=1024, batch 8", _bench_bui
                lambda state: state[0](state[1]), units="inputs", count=8)
 
 __all__ = [
+    "flattened_increment_floor", "flattened_increments", "lemma1_width", "lemma2_depth", "lemma2_width",
+    "paper_attention_layers", "paper_ff_layers", "paper_heads", "paper_size_formulas", "product_width",
+    "prop1_attention_layers", "prop2_query_key_weight", "prop3_depth", "values_over_n",
     "ColsymTransformer", "FNN", "build_product", "build_product_fnn", "build_sawtooth", "build_square_fnn", "build_transformer", "canonical",
     "choose_k", "count_bounds", "decompose_column_symmetric", "enumerate_msp", "enumerate_multi_indices",
     "evaluate", "example1_coeffs", "expand", "fnn_to_transformer", "impl_depth", "lemma3_terms", "max_value",

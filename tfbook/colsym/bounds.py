@@ -1,4 +1,8 @@
-"""Error bounds and size formulas of Takeshita & Imaizumi (Theorem 1, Props 1-3, eq. (4))."""
+"""Error bounds and size formulas of Takeshita & Imaizumi (Theorem 1, Props 1-3, eq. (4)).
+
+The paper's size formulas are registered with `tfbook.claims.paper_formula` (numbers in, numbers out): the
+bounds of the chapter's size claims, evaluated from the paper's parameters and never from a built model.
+"""
 from __future__ import annotations
 
 import math
@@ -7,32 +11,121 @@ from typing import Mapping
 
 from tfbook.colsym.algebra import Key, degree, enumerate_msp, lemma3_terms, max_value
 from tfbook import validate
+from tfbook.claims import paper_formula
 from tfbook.colsym.squaring import product_error
 
 
+@paper_formula
 def paper_width(d: int, s: int, N: int) -> int:
     """Theorem 1's width bound 12 (2d)^s N."""
     return 12 * (2 * validate.positive_int("d", d)) ** validate.positive_int("s", s) * validate.positive_int("N", N)
 
 
+@paper_formula
 def paper_depth(s: int, L: int) -> int:
     """Theorem 1's depth bound 2sL + 3s."""
     return 2 * validate.positive_int("s", s) * validate.positive_int("L", L) + 3 * s
 
 
+@paper_formula
 def prop1_width(d: int, s: int, N: int) -> int:
     """Prop 1's width bound 12 s d^s N for the column-wise monomials."""
     return 12 * validate.positive_int("s", s) * validate.positive_int("d", d) ** s * validate.positive_int("N", N)
 
 
+@paper_formula
 def prop1_depth(s: int, L: int) -> int:
     """Prop 1's depth bound (s - 1)(L + 1)."""
     return (validate.positive_int("s", s) - 1) * (validate.positive_int("L", L) + 1)
 
 
-def impl_depth(s: int, L: int) -> int:
-    """Depth of our construction: (s-1)(L+1) monomial blocks + 1 attention block + (s-1)(L+2) rank-induction blocks."""
+@paper_formula
+def prop3_depth(s: int, L: int) -> int:
+    """Props 1-3's depth: (s-1)(L+1) layers of TF_0, one attention layer, (s-1)(L+2) layers of the rank
+    induction (L+1 for each product, one for the clip); at most 2sL + 3s."""
     return prop1_depth(s, L) + 1 + (s - 1) * (L + 2)
+
+
+def impl_depth(s: int, L: int) -> int:
+    """Depth of our construction: (s-1)(L+1) monomial blocks + 1 attention block + (s-1)(L+2) rank-induction blocks
+    (Props 1-3's depth, `prop3_depth`)."""
+    return prop3_depth(s, L)
+
+
+@paper_formula
+def paper_ff_layers(s: int, L: int) -> int:
+    """Feed-forward layers of Props 1 and 3, (s-1)(L+1) + (s-1)(L+2) = (s-1)(2L+3): about 2sL (Sec. 9.2)."""
+    s, L = validate.positive_int("s", s), validate.positive_int("L", L)
+    return (s - 1) * (2 * L + 3)
+
+
+@paper_formula
+def paper_heads() -> int:
+    """Theorem 1: a single attention head, used in a single layer."""
+    return 1
+
+
+@paper_formula
+def paper_attention_layers() -> int:
+    """Theorem 1: attention is used in a single layer."""
+    return 1
+
+
+@paper_formula
+def prop1_attention_layers() -> int:
+    """Prop 1: TF_0 consists of feed-forward layers only."""
+    return 0
+
+
+@paper_formula
+def prop2_query_key_weight() -> int:
+    """Prop 2: W_Q = W_K = 0, so the largest |entry| of the query and key maps is 0."""
+    return 0
+
+
+@paper_formula
+def lemma1_width(N: int) -> int:
+    """Lemma 1: the squaring network with width parameter N has width at most 3N."""
+    return 3 * validate.positive_int("N", N)
+
+
+@paper_formula
+def product_width(N: int) -> int:
+    """Sections 5.1-5.3 (Prop 1's 12 N per monomial): the product network psi has width at most 12N."""
+    return 12 * validate.positive_int("N", N)
+
+
+@paper_formula
+def lemma2_depth(L: int) -> int:
+    """Lemma 2's layers as displayed: one residual feed-forward layer per affine map of a depth-L FNN (L hidden
+    maps and the output map): L + 1 layers."""
+    return validate.positive_int("L", L) + 1
+
+
+@paper_formula
+def lemma2_width(W: int) -> int:
+    """Lemma 2's layers as displayed: [A_l; I] sigma-reads 2W units of a width-W FNN (A_l padded to W rows)."""
+    return 2 * validate.positive_int("W", W)
+
+
+@paper_formula
+def values_over_n() -> int:
+    """Theorem 1 and Sec. 9.2: width, depth and the number of parameters do not depend on n, so over any set of
+    n they take a single value."""
+    return 1
+
+
+@paper_formula
+def flattened_increments() -> int:
+    """Sec. 9.1: the parameters of a ReLU network on the flattened dn-vector grow linearly with n (separate
+    parameters per column): one and the same increment per extra column."""
+    return 1
+
+
+@paper_formula
+def flattened_increment_floor() -> int:
+    """Sec. 9.1: the parameters of the flattened network increase with n: the increment per column exceeds 0."""
+    return 0
 
 
 @lru_cache(maxsize=None)

@@ -18,7 +18,7 @@ Layers are named ``<phase>.<index>``, e.g. ``mono.0``, ``sum.8``, ``rank2.9``.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -26,7 +26,8 @@ from tfbook import gadgets as gd
 from tfbook import validate
 from tfbook.colsym.algebra import Key, canonical, degree, enumerate_msp, enumerate_multi_indices, lemma3_terms
 from tfbook.colsym.algebra import term_coefficient
-from tfbook.colsym.bounds import falling_factorial, paper_depth, paper_width
+from tfbook.colsym.bounds import (falling_factorial, paper_attention_layers, paper_depth, paper_heads,
+                                  paper_width)
 from tfbook.colsym.squaring import choose_k
 from tfbook.device import DTYPE
 from tfbook.layers import Attention
@@ -71,6 +72,7 @@ class ColsymTransformer(Construction):
         super().__init__(layout, layers)
         self.d, self.n, self.s, self.N, self.L, self.k = d, n, s, N, L, k
         self.keys, self.placements, self.normalized = keys, dict(placements), False
+        self.clip = "falling"  # the clip levels (`CLIP_LEVELS`), set by `build_transformer`
         self.attention_block = self.placements["sum"].first  # index of the attention layer
 
     def gadget_layers(self, tag: str) -> list[str]:
@@ -204,14 +206,23 @@ def build_transformer(coeffs: Mapping, d: int, n: int, N: int, L: int, clip: str
             plan.add(gd.clip(v, {f"P{T}": 1.0, "out": out}, 0.0, float(M), tag=f"clip{T}"), phase=f"rank{r}")
     model = ColsymTransformer(plan.layout, plan.layers(), d, n, s, N, L, k, keys, plan.placements)
     model.normalized = bool(normalized)
+    model.clip = clip
     return model
+
+
+def paper_size_formulas(d: int, s: int, N: int, L: int) -> dict[str, tuple[Callable[..., Any], dict[str, int]]]:
+    """Theorem 1's sizes as registered paper formulas with their parameters, by `Sizes` field: the bound of a size
+    claim is ``formula(**params)``. Width 12 (2d)^s N (feed-forward and attention), depth 2sL + 3s, one attention
+    layer with one head."""
+    width = (paper_width, {"d": d, "s": s, "N": N})
+    return {"layers": (paper_depth, {"s": s, "L": L}), "attention_layers": (paper_attention_layers, {}),
+            "max_heads": (paper_heads, {}), "ff_width": width, "attention_width": width}
 
 
 def paper_sizes(d: int, s: int, N: int, L: int) -> Sizes:
     """Theorem 1's sizes as a `Sizes` record: width 12 (2d)^s N (feed-forward and attention), depth 2sL + 3s,
-    one attention layer with one head."""
-    width = paper_width(d, s, N)
-    return Sizes(layers=paper_depth(s, L), attention_layers=1, max_heads=1, ff_width=width, attention_width=width)
+    one attention layer with one head (`paper_size_formulas` evaluated)."""
+    return Sizes(**{field: formula(**params) for field, (formula, params) in paper_size_formulas(d, s, N, L).items()})
 
 
 def example1_coeffs(d: int, s: int) -> dict[Key, float]:
