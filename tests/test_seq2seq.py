@@ -341,3 +341,45 @@ def test_motif_dataset_shapes_range_motif_and_seed():
     assert not torch.equal(X, make_motif_dataset(200, 8, seed=6)[0])
     with pytest.raises(ValueError, match="grid"):
         make_motif_dataset(10, 2)
+
+
+# --- claim kinds: paper formulas and the do-nothing model ---------------------------------------------
+def test_paper_formulas_registered_values_and_counted_sizes():
+    from tfbook.claims import FORMULAS
+    from tfbook.seq2seq import estimation as est
+    from tfbook.seq2seq import formulas
+    for fn in (formulas.eq7_width, formulas.eq7_growth, formulas.app_e_embedding_width, formulas.app_e_heads,
+               est.oracle_bound):
+        assert FORMULAS[f"{fn.__module__}.{fn.__qualname__}"] is fn
+    assert formulas.eq7_width(2, 4) == 168
+    assert formulas.eq7_growth(8, 20, 2, 4, 3) == 400 / 64      # T² dominates: (20/8)²
+    assert formulas.eq7_growth(1, 2, 3, 4, 3) == 1.0            # d_max² = 9 dominates both
+    assert formulas.app_e_embedding_width(3, 4) == 9 and formulas.app_e_heads(4) == 4
+    with pytest.raises(ValueError, match="real number"):
+        formulas.app_e_heads(build_extractor(OFFSETS, 3, 5))   # never read off a built model
+    for U in (5, 40):                                           # counted from the built model: App. E's D and H
+        s = build_extractor(OFFSETS, 3, U).sizes()
+        assert s.D == formulas.app_e_embedding_width(3, len(OFFSETS)) and s.H == formulas.app_e_heads(len(OFFSETS))
+    claims = cl.Claims("t")
+    claims.check("Eq. (7)", "W", 90, kind="size", formula=formulas.eq7_width, params={"d_max": 2, "G": 4})
+    assert claims.items[0].bound == "168" and claims.items[0].kind == "size"
+
+
+def test_equivariance_claim_fails_for_a_model_that_does_nothing():
+    model = build_extractor(OFFSETS, 3, 5)
+    X = rand(2, 3, 33)
+    check_equivariance(cl.Claims("t"), model, X, range(1, 4))
+    with perturb(scale=0.0):                                    # every update removed: F(X) = 0, trivially equivariant
+        with pytest.raises(cl.ClaimError):
+            check_equivariance(cl.Claims("t"), model, X, range(1, 4))
+
+
+def test_extraction_and_selection_claims_print_the_trivial_scale():
+    model = build_extractor(OFFSETS, 3, 5)
+    claims = cl.Claims("t")
+    check_extraction(claims, model, OFFSETS, rand(2, 3, 22), chi_for(5, 4, 1e-9))
+    assert claims.items[0].trivial == "1"
+    model, importance, channels, V, X = _selection_setup()
+    claims = cl.Claims("t")
+    check_selection(claims, model, importance, channels, V, X, 1e-9)
+    assert [c.trivial for c in claims.items] == [None, "1"]

@@ -9,11 +9,14 @@ Public API (see the chapter book/seq2seq):
   ReLU FNN), `build_selector` (Thm 4.5, App. F), `attention_error_bound`, `chi_for`, `pe_angle`;
 * the paper's definition run on paper-form weights: `paper_forward`, and ground truths
   `extract_reference`, `selection_reference`, `importance_values`;
+* the paper's size formulas (`formulas`, each a `tfbook.claims.paper_formula`): `eq7_width`, `eq7_growth`
+  (Lemma D.1, Eq. (7)), `app_e_embedding_width`, `app_e_heads` (App. E);
 * Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `make_motif_dataset`, `TinyViT`.
 """
 import torch
 
 from tfbook import bench
+from tfbook.seq2seq import formulas
 from tfbook.seq2seq.masking import (TinyViT, global_greedy_mask, greedy_mask, jaccard, make_motif_dataset,
                                     train_classifier)
 from tfbook.seq2seq.ffn import trig_network

@@ -1,5 +1,6 @@
 """Estimation (paper 003, Section 5): sieve least squares on the trigonometric basis, exact risks, the
-oracle inequality of Theorem 5.2 (App. G constants) and the covering bound of Theorem 5.3 (App. H).
+oracle inequality of Theorem 5.2 (App. G constants; `oracle_bound` is a `tfbook.claims.paper_formula`)
+and the covering bound of Theorem 5.3 (App. H).
 
 A target or an estimate is a dict r -> coefficient over frequency tuples; by orthonormality of ψ the
 L²(uniform) risk of an estimate is the squared distance of the coefficient dicts (`l2_risk`).
@@ -12,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from tfbook import validate
+from tfbook.claims import paper_formula
 from tfbook.seq2seq.smoothness import a_dagger, block_frequencies, blocks_below, psi
 
 
@@ -64,6 +66,7 @@ def sieve_level(n: int, a: Sequence[float], kind: str) -> float:
     return ad / (2 * ad + 1) * math.log2(n)
 
 
+@paper_formula
 def oracle_bound(log_N: float, n: int, R: float, sigma: float, approx: float = 0.0, delta: float = 0.0) -> float:
     """Theorem 5.2 with the App. G constants: 4 approx + 8(R+σ)δ + 32σ²(log N + 1)/n + 8R²(37/9 log N + 40)/n + 20Rδ."""
     n = validate.positive_int("n", n)
