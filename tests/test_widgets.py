@@ -125,7 +125,7 @@ def execute(nb: nbformat.NotebookNode, folder: pathlib.Path) -> nbformat.Noteboo
     def timeout(cell) -> int:
         return HARNESS_TIMEOUT_S if cell.source == HARNESS else CELL_TIMEOUT_S
 
-    return execute_notebook(nb, folder, path=str(folder), timeout_func=timeout, store_widget_state=False).nb
+    return execute_notebook(nb, folder, path=str(folder), timeout_func=timeout).nb
 
 
 @pytest.mark.parametrize("name", widget_notebooks())
