@@ -2,7 +2,6 @@
 detected and the notebook reruns in a fresh kernel; silent computation is not a stall; a notebook
 that really fails still fails; shutdown is bounded and leaves no process behind."""
 import os
-import pathlib
 import signal
 import sys
 import time

@@ -6,7 +6,6 @@ output (printed text, figures or returned value) for some value of the control, 
 
 Generic: notebooks are found by their source (``interact``/``interactive``), so new chapters are covered.
 """
-import copy
 import json
 import pathlib
 import re
