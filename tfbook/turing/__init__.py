@@ -13,15 +13,15 @@ Both models are `tfbook.model.Construction`s whose arithmetic runs in core layer
 
 Submodules: `machine` (simulator, catalog), `transformer` (Appendix C construction), `circuits`
 (Lemma B.1, Prop 3.4), `margin` (all-layer margins), `robustness` (margin upper and lower bounds),
-`sizes` (the paper's formulas), `learning` (Section 3's illustration).
+`formulas` (the paper's size formulas, for size claims), `sizes` (per-lemma bounds, l1 by layer), `learning` (Section 3's illustration).
 """
 from __future__ import annotations
 
 import torch
 
 from tfbook import bench
-from tfbook.turing.circuits import (Circuit, CircuitNetwork, all_inputs, build_circuit_network, l1_formula,
-                                    random_circuit)
+from tfbook.turing.circuits import (Circuit, CircuitNetwork, all_inputs, build_circuit_network, gate_counts,
+                                    l1_formula, random_circuit)
 from tfbook.turing.machine import (CATALOG, CATALOG_SYMBOLS, RunResult, TuringMachine, all_strings, balanced, copy,
                                    counter, increment, palindrome, parity, random_tm)
 from tfbook.turing.margin import (flip_radius, random_direction, toy_margin_closed_form, toy_margin_numeric,
@@ -41,6 +41,6 @@ bench.register("turing: palindrome transformer, T=64, batch 32", _bench_build,
 __all__ = [
     "CATALOG", "CATALOG_SYMBOLS", "Circuit", "CircuitNetwork", "RunResult", "TMTransformer", "TuringMachine",
     "all_inputs", "all_strings", "balanced", "binary", "build_circuit_network", "build_transformer", "copy", "counter",
-    "flip_radius", "increment", "l1_formula", "palindrome", "parity", "position_bits", "random_circuit",
+    "flip_radius", "gate_counts", "increment", "l1_formula", "palindrome", "parity", "position_bits", "random_circuit",
     "random_direction", "random_tm", "score_gaps", "tm_layout", "toy_margin_closed_form", "toy_margin_numeric", "toy_output",
 ]

@@ -20,9 +20,9 @@ from tfbook.device import DTYPE
 from tfbook.layers import FeedForward, perturb
 from tfbook.layout import Layout
 from tfbook.model import Construction, Sizes
+from tfbook.turing.formulas import circuit_l1, relu_layers
 
 OPS = {"AND": 2, "OR": 2, "NOT": 1, "ID": 1}
-GATE_L1 = {"AND": 4, "OR": 5, "NOT": 3, "ID": 2}
 
 
 class Circuit:
@@ -144,7 +144,7 @@ class CircuitNetwork(Construction):
 
     def paper_sizes(self) -> Sizes:
         """The paper's count of ReLU layers, 4q - 6 with q the depth including the input layer, i.e. 4 (gate layers) - 2."""
-        return Sizes(ff_layers=4 * self.num_blocks - 2)
+        return Sizes(ff_layers=relu_layers(self.num_blocks))
 
     def theta(self) -> list[tuple[str, torch.Tensor]]:
         """The paper's parameters: W_1 and b_1 of every layer, and W_2, b_2 (the read-out) of the last."""
@@ -219,8 +219,14 @@ def build_circuit_network(circuit: Circuit) -> CircuitNetwork:
 
 def l1_formula(circuit: Circuit) -> float:
     """Sum of gate costs (AND 4, OR 5, NOT 3, ID 2) + 9 per corrected gate + 3 for the read-out."""
-    corrected = sum(len(layer) for layer in circuit.layers[:-1])
-    return sum(GATE_L1[op] for layer in circuit.layers for op, _ in layer) + 9 * corrected + 3
+    return circuit_l1(**gate_counts(circuit))
+
+
+def gate_counts(circuit: Circuit) -> dict[str, int]:
+    """The arguments of `circuit_l1`: gates per op, and the gates of every layer but the last (corrected)."""
+    ops = [op for layer in circuit.layers for op, _ in layer]
+    counts = {f"{op.lower()}_gates": ops.count(op) for op in OPS}
+    return {**counts, "corrected_gates": sum(len(layer) for layer in circuit.layers[:-1])}
 
 
 def all_inputs(m: int) -> torch.Tensor:

@@ -28,6 +28,7 @@ from tfbook.device import DTYPE, default_device
 from tfbook.layers import Attention, FeedForward
 from tfbook.layout import Layout, SlotKey
 from tfbook.model import Construction, Sizes
+from tfbook.turing.formulas import w_tm
 from tfbook.turing.machine import RunResult, TuringMachine
 
 PRE = "<pre>"
@@ -210,8 +211,7 @@ class TMTransformer(Construction):
 
     def paper_sizes(self) -> Sizes:
         """The paper's w_TM = |Z| + 2|A| + 3 w_pos + w_scr with w_scr = 2|A| + w_pos + 3 (App. C)."""
-        Z, A, P = len(self.state_names), len(self.alphabet), self.P
-        return Sizes(embed_dim=Z + 2 * A + 3 * P + (2 * A + P + 3))
+        return Sizes(embed_dim=w_tm(len(self.state_names), len(self.alphabet), self.P))
 
     # --- running -----------------------------------------------------------------------------------
     def beta(self, t: int, device=None) -> torch.Tensor:
