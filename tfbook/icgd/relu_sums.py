@@ -14,10 +14,15 @@ import torch
 
 from tfbook import validate
 from tfbook.device import DTYPE
+from tfbook.layers import FeedForward
 
 
 class ReluSum:
-    """``sum_h c_h relu(a_h[0] t + a_h[1])``; ``a`` (H, 2), ``c`` (H,)."""
+    """``sum_h c_h relu(a_h[0] t + a_h[1])``; ``a`` (H, 2), ``c`` (H,).
+
+    ``a`` and ``c`` are the paper's coefficients; evaluation goes through one core `FeedForward`
+    (hidden width H, no residual) built from them, so the core's hooks reach every interpolant.
+    """
 
     def __init__(self, a, c):
         a = torch.as_tensor(a, dtype=DTYPE)
@@ -29,6 +34,7 @@ class ReluSum:
         if not (torch.isfinite(a).all() and torch.isfinite(c).all()):
             raise ValueError("a and c must be finite")
         self.a, self.c = a.clone(), c.clone()
+        self.layer = FeedForward(a[:, :1], a[:, 1], c[None, :], None, residual=False, name="relu_sum")
 
     @property
     def num_terms(self) -> int:
@@ -45,8 +51,7 @@ class ReluSum:
 
     def __call__(self, t) -> torch.Tensor:
         t = torch.as_tensor(t, dtype=DTYPE)
-        z = t.unsqueeze(-1) * self.a[:, 0] + self.a[:, 1]  # (..., H)
-        return torch.relu(z) @ self.c
+        return self.layer(t.unsqueeze(-1)).squeeze(-1)  # (...,): one token of width 1 per argument
 
     def __repr__(self) -> str:
         return f"ReluSum(num_terms={self.num_terms}, C={self.C:.3g})"
