@@ -403,3 +403,20 @@ def test_depth_sweep_small():
             ex.depth_sweep(cfg, bad)
     with pytest.raises(ValueError, match="attentions"):
         ex.depth_sweep(cfg, [1], ("linear",))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"d": 0}, "d must be an int >= 1"), ({"steps": 2.5}, "steps must be an int"),
+    ({"width": 30, "heads": 4}, "multiple of heads"),
+    ({"lr": 0.0}, "lr must be"), ({"mixtures": (0.0, 1.5)}, "mixtures must be"), ({"seed": -1}, "seed must be an int >= 0"),
+])
+def test_experiment_config_is_validated(kwargs, message):
+    from tfbook.icgd import experiments as ex
+
+    with pytest.raises(ValueError, match=message):
+        ex.ExperimentConfig(**kwargs)
+
+
+def test_delta_is_refused_for_smooth_activations():
+    with pytest.raises(ValueError, match="delta .* applies only to activation 'relu'"):
+        build_transformer(dx=2, dy=1, K=2, N=2, n=3, L=1, eta=0.1, activation="tanh", M=8, delta=0.1)

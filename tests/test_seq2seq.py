@@ -221,6 +221,21 @@ def test_bad_input_raises_value_error(call):
         call()
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: build_selector({(0,): 1.0}, [[0]], 1, 2, 0.5), r"importance keys must be \(\) or \(channel, offset\)"),
+    (lambda: build_selector({(0, 1): 1.0}, [0], 1, 2, 0.5), "channels must be a list of ranks"),
+    (lambda: build_extractor([(0, 1)], 1, 2)(torch.rand(1, 1, 5, dtype=torch.complex128)), "X must be a real tensor"),
+    (lambda: make_motif_dataset(2, seed=-1), "seed must be an int >= 0"),
+    (lambda: greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(1, 3), 5), r"label must be one of the 2 classes"),
+    (lambda: global_greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(2, 1, 3), [0, 3]), r"labels must lie in 0\.\.1"),
+    (lambda: build_selector({(0, 1): 1.0}, [[0]], 1, 2, 0.5)(rand(1, 1, 5), boundary="zero"),
+     r"boundary must be one of \('circular',\)"),
+])
+def test_bad_input_messages_name_the_argument(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
 # --- mutations: the relevant claims must fail --------------------------------------------------------
 def _selection_setup():
     V, channels, importance = 3, [[1], [1], [1]], {(0, 0): 1.0}

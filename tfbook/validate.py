@@ -57,6 +57,8 @@ def tensor(name: str, value, shape: Optional[Sequence[Optional[int]]] = None, lo
             value = torch.as_tensor(np.asarray(value, dtype=float), dtype=dtype)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{name} must be a real tensor, got {type(value).__name__}") from exc
+    if value.is_complex():
+        raise ValueError(f"{name} must be a real tensor, got dtype {value.dtype}")
     value = value.to(dtype)
     if shape is not None:
         ok = value.ndim == len(shape) and all(s is None or s == t for s, t in zip(shape, value.shape))

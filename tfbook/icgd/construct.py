@@ -379,7 +379,8 @@ def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: flo
             raise ValueError("delta must be a finite real > 0 for activation 'relu', got None")
         delta = validate.real("delta", delta, low=0.0, low_open=True)
     elif delta is not None:
-        delta = validate.real("delta", delta, low=0.0, low_open=True)
+        raise ValueError(f"delta (the ramp's width) applies only to activation 'relu', got delta = {delta!r} with "
+                         f"activation {act!r}")
     spec = NetSpec(int(dx), int(dy), int(K), int(N))
     R = a_priori_R(spec, act, box, x_bound, int(M)) if R is None else validate.real("R", R, low=0.0, low_open=True)
     r_hat, dr_hat = _tables(act, R, int(M), delta)

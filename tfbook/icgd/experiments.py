@@ -45,6 +45,18 @@ class ExperimentConfig:
     gd_steps: int = 100
     gd_lr: float = 5e-3
 
+    def __post_init__(self):
+        for name in ("d", "target_depth", "target_width", "train_points", "test_points", "width", "blocks", "heads",
+                     "steps", "batch", "test_prompts", "gd_steps"):
+            validate.positive_int(name, getattr(self, name))
+        validate.positive_int("seed", self.seed, 0)
+        if self.width % self.heads:
+            raise ValueError(f"width must be a multiple of heads = {self.heads}, got {self.width}")
+        for name in ("lr", "gd_lr"):
+            validate.real(name, getattr(self, name), low=0, low_open=True)
+        if not self.mixtures or any(not 0 <= validate.real("mixtures entry", w) <= 1 for w in self.mixtures):
+            raise ValueError(f"mixtures must be a non-empty tuple of weights in [0, 1], got {self.mixtures!r}")
+
 
 def sample_tasks(cfg: ExperimentConfig, B: int, generator: torch.Generator) -> list[torch.Tensor]:
     """Random target networks: ReLU hidden layers, linear output, no biases, N(0, 2/fan-in) weights."""

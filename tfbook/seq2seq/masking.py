@@ -41,7 +41,11 @@ def greedy_mask(predict: Predict, x: torch.Tensor, label: int, steps: Optional[i
     mask_value = validate.real("mask_value", mask_value)
     current = x.clone()
     masked = torch.zeros(x.shape[1], dtype=torch.bool)
-    probs = [float(predict(current[None])[0, label])]
+    first = predict(current[None])  # (1, classes)
+    if label >= first.shape[-1]:
+        raise ValueError(f"label must be one of the {first.shape[-1]} classes of predict (0..{first.shape[-1] - 1}), "
+                         f"got {label}")
+    probs = [float(first[0, label])]
     order = []
     with torch.no_grad():
         for _ in range(steps):
@@ -73,7 +77,11 @@ def global_greedy_mask(predict: Predict, X: torch.Tensor, labels, steps: Optiona
     current = X.clone()
     masked = torch.zeros(X.shape[2], dtype=torch.bool)
     with torch.no_grad():
-        probs = [float(predict(current)[rows, labels].mean())]
+        first = predict(current)  # (b, classes)
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= first.shape[-1]):
+            raise ValueError(f"labels must lie in 0..{first.shape[-1] - 1} (the classes of predict), "
+                             f"got {labels.min().item()}..{labels.max().item()}")
+        probs = [float(first[rows, labels].mean())]
         order = []
         for _ in range(steps):
             cand = torch.nonzero(~masked).flatten()
@@ -113,6 +121,7 @@ def make_motif_dataset(n: int, grid: int = 8, seed: int = 0, distractors: int = 
     n = validate.positive_int("n", n)
     grid = validate.positive_int("grid", grid, 3)
     distractors = validate.positive_int("distractors", distractors, 0)
+    seed = validate.positive_int("seed", seed, 0)
     noise = validate.real("noise", noise, 0.0, 1.0, high_open=True)
     gen = torch.Generator().manual_seed(int(seed))
 

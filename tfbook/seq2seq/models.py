@@ -122,8 +122,10 @@ def _attention(U: int, heads: Sequence[tuple[torch.Tensor, torch.Tensor, torch.T
 class Seq2SeqTransformer(Construction):
     """f_M ∘ g_M ∘ ... ∘ f_1 ∘ g_1 ∘ Enc_P of the paper, with core attention and feed-forward layers."""
 
-    def __init__(self, d: int, E: torch.Tensor, pe: PositionalEncoding, spec: list[dict], period: int, layout: Layout):
+    def __init__(self, d: int, E: torch.Tensor, pe: PositionalEncoding, spec: list[dict], period: int, layout: Layout,
+                 boundaries: Sequence[str] = BOUNDARIES):
         self._d, self._E, self._pe, self._period = d, E.clone(), pe, period
+        self._boundaries = tuple(boundaries)  # the boundaries the construction's guarantee covers
         self._spec = [{"U": s["U"], "heads": [tuple(t.clone() for t in h) for h in s["heads"]],
                        "ffn": [(A.copy(), b.copy()) for A, b in s["ffn"]]} for s in spec]
         layers = []
@@ -182,7 +184,7 @@ class Seq2SeqTransformer(Construction):
     def check_input(self, X, boundary: str) -> torch.Tensor:
         """X as a float64 (batch, d, N) tensor in [0, 1]; N a multiple of the period for the circular boundary."""
         X = validate.tensor("X", X, shape=(None, self._d, None), low=0.0, high=1.0)
-        validate.choice("boundary", boundary, BOUNDARIES)
+        validate.choice("boundary", boundary, self._boundaries)
         if X.shape[-1] == 0:
             raise ValueError("X must hold at least one token")
         if boundary == "circular" and X.shape[-1] % self._period:
@@ -324,15 +326,21 @@ def build_selector(importance: dict, channels, d: int, V: int, gap: float, code:
     seed = validate.positive_int("seed", seed, 0)
     terms, w0 = [], 0.0
     for key, w in dict(importance).items():
-        if tuple(key) == ():
+        key = tuple(key) if isinstance(key, (tuple, list)) else key
+        if key == ():
             w0 = validate.real("importance constant", w)
             continue
-        terms.append((tuple(key), validate.real("importance weight", w)))
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise ValueError(f"importance keys must be () or (channel, offset) pairs, got {key!r}")
+        terms.append((key, validate.real("importance weight", w)))
     if not terms:
         raise ValueError("importance must contain at least one (channel, offset) term")
     U1 = max(1, max(abs(int(o)) for (_, o), _ in terms))
     pairs = _check_offsets([k for k, _ in terms], d, U1, "importance")
     weights = [w for _, w in terms]
+    if not isinstance(channels, (list, tuple)) or not all(isinstance(ch, (list, tuple)) for ch in channels):
+        raise ValueError(f"channels must be a list of ranks, each a list of channel indices (e.g. [[0], [0, 1]]), "
+                         f"got {channels!r}")
     chans = [list(ch) for ch in channels]
     if not 1 <= len(chans) <= 2 * V + 1:
         raise ValueError(f"channels must list between 1 and 2V+1 = {2 * V + 1} ranks, got {len(chans)}")
@@ -397,6 +405,6 @@ def build_selector(importance: dict, channels, d: int, V: int, gap: float, code:
             ffn = [(_readout(out, D, at.get("F", 0)), np.zeros(out))]
         spec.append({"U": V, "heads": [(K, Q, Vm)], "ffn": ffn})
     period = math.lcm(2 * U1 + 1, l)
-    model = Seq2SeqTransformer(d, E, pe, spec, period, layout)
+    model = Seq2SeqTransformer(d, E, pe, spec, period, layout, boundaries=("circular",))  # windows wrap around
     model.kappa, model.chi_selection, model.chi_importance = kappa, chi_sel, chi1
     return model

@@ -4,7 +4,6 @@ All O(.) constants and polylogarithmic factors are set to 1, so these are the *s
 other, not certified numbers of samples:
 
 * `lemma24_samples`: Lemma 2.4, n = (alpha^2 log p / gamma^2 + 1) / eps^2.
-* `prop23_excess`: the statistical term 2 sqrt(log(2/delta) / n) of Proposition 2.3's proof.
 * `cor_a1_bound`: Corollary A.1 for a network that fits n samples with margins >= gamma:
   alpha sqrt(log p) / (gamma sqrt(n)) + (log(1/delta) + log n) / sqrt(n).
 * `finite_class_samples`: ERM over a finite class in the realizable case, n = (log|G| + log(1/delta)) / eps.
@@ -23,11 +22,6 @@ def lemma24_samples(alpha: float, p: int, gamma: float, eps: float) -> float:
     validate.real("gamma", gamma, low=0, low_open=True)
     validate.real("eps", eps, low=0, low_open=True)
     return (alpha**2 * math.log(validate.positive_int("p", p)) / gamma**2 + 1) / eps**2
-
-
-def prop23_excess(n: int, delta: float = 0.01) -> float:
-    """2 sqrt(log(2/delta) / n)."""
-    return 2 * math.sqrt(math.log(2 / validate.real("delta", delta, 0, 1, True, True)) / validate.positive_int("n", n))
 
 
 def cor_a1_bound(alpha: float, p: int, gamma: float, n: int, delta: float = 0.01) -> float:
