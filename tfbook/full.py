@@ -8,6 +8,13 @@ set and, on CUDA, the allocator's peak) and the claims held / failed; it is writ
 (``_build/full/report.json``) and printed as a table. The exit status is 1 if any claim failed or
 any notebook raised.
 
+``--store`` merges the run into the stored report of its device, ``book/full_reports/<device>.json``
+(per notebook: the newest run replaces the older one, so a full profile can be run in pieces, on
+several days or machines of one kind); a stored report lists the notebooks never run as ``not run``.
+``--merge REPORT...`` does the same for reports written on another machine. ``--page`` renders every stored report into ``book/full_results.md`` (``--check``: is it current?),
+with a comparison of devices: every claim that holds on one device must hold on every other device
+that ran its notebook. ``--compare A B`` prints that comparison for two reports.
+
 Before running, the expected time of each notebook is printed from its metadata
 (``"tfbook": {"full_seconds_cpu": ..., "full_seconds_gpu": ...}``); ``--estimate`` prints only
 that table (what a CPU-only machine can do in seconds).
@@ -15,8 +22,13 @@ that table (what a CPU-only machine can do in seconds).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import pathlib
+import platform
+import re
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
@@ -25,6 +37,8 @@ import nbformat
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / "_build" / "full"
+REPORTS = ROOT / "book" / "full_reports"
+PAGE = ROOT / "book" / "full_results.md"
 MEASURE = """\
 import json as _json, resource as _resource, torch as _torch
 from tfbook.device import current as _current
@@ -52,6 +66,11 @@ class Result:
     failures: list[str] = field(default_factory=list)
     expected_s: Optional[float] = None
     error: str = ""
+    date: str = ""
+    commit: str = ""
+    torch: str = ""
+    # every claim as printed: title, ref, statement, measured, relation, bound, holds, kind
+    claims: list[dict] = field(default_factory=list)
 
 
 def notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
@@ -77,7 +96,8 @@ def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT
     from tfbook.notebooks import execute_notebook
 
     rel = path.relative_to(root)
-    result = Result(str(rel))
+    result = Result(str(rel), date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                    commit=_commit(root), torch=_torch_version())
     out = scratch / rel
     out.parent.mkdir(parents=True, exist_ok=True)
     sink = out.with_suffix(".claims.jsonl")
@@ -102,6 +122,7 @@ def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT
     if sink.exists():
         for line in sink.read_text().splitlines():
             claim = json.loads(line)
+            result.claims.append({key: claim.get(key) for key in CLAIM_KEYS})
             if claim["holds"]:
                 result.held += 1
             else:
@@ -111,6 +132,106 @@ def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT
     if result.status == "ok" and result.failed:
         result.status = "claims failed"
     return result
+
+
+CLAIM_KEYS = ("title", "ref", "statement", "measured", "relation", "bound", "holds", "kind")
+
+
+def _commit(root: pathlib.Path) -> str:
+    """``$TFBOOK_COMMIT`` (for a copy without git, such as a GPU machine's), else the checked-out
+    commit (short hash, ``+`` if the tree has changes), or "" outside git."""
+    if os.environ.get("TFBOOK_COMMIT"):
+        return os.environ["TFBOOK_COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+" if dirty else "")
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def device_slug(device: str) -> str:
+    """The stored report's name for a device line: ``"cuda:0 (NVIDIA H200)"`` → ``nvidia-h200``,
+    ``"cpu"`` → ``cpu-<machine>``."""
+    match = re.search(r"\((.*)\)", device)
+    name = match.group(1) if match else f"cpu-{platform.machine()}"
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def merge_report(stored: Optional[dict], results: list[Result], every: list[str]) -> dict:
+    """``stored`` (a report of one device, or None) updated with ``results``: a notebook's newest run
+    replaces its older one; notebooks of ``every`` never run are listed as ``not run``."""
+    runs = {n["notebook"]: n for n in (stored or {}).get("notebooks", []) if n["status"] != "not run"}
+    runs.update({r.notebook: asdict(r) for r in results if r.status != "not run"})
+    order = every + sorted(set(runs) - set(every))
+    notebooks = [runs.get(name) or asdict(Result(name)) for name in order]
+    ran = [n for n in notebooks if n["status"] != "not run"]
+    devices = sorted({n["device"] for n in ran})
+    return {
+        "profile": "full",
+        "device": devices[0] if len(devices) == 1 else " / ".join(devices),
+        "ok": all(n["status"] == "ok" for n in ran),
+        "run": len(ran),
+        "not_run": len(notebooks) - len(ran),
+        "held": sum(n["held"] for n in ran),
+        "failed": sum(n["failed"] for n in ran),
+        "notebooks": notebooks,
+    }
+
+
+def store_report(results: list[Result], reports: pathlib.Path = REPORTS, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Merge ``results`` into the stored report of each device they ran on; return the paths written."""
+    every = [str(p.relative_to(root)) for p in notebooks(root)]
+    written = []
+    for slug in sorted({device_slug(r.device) for r in results if r.device}):
+        path = reports / f"{slug}.json"
+        stored = json.loads(path.read_text()) if path.exists() else None
+        mine = [r for r in results if r.device and device_slug(r.device) == slug]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(merge_report(stored, mine, every), indent=1) + "\n")
+        written.append(path)
+    return written
+
+
+def _claim_keys(notebook: dict) -> dict[tuple, bool]:
+    """Each claim of a notebook's run under a key that is the same on every device: title, ref,
+    statement and its occurrence number (a notebook may check one statement several times)."""
+    seen: dict[tuple, int] = {}
+    keyed = {}
+    for claim in notebook.get("claims", []):
+        base = (claim["title"], claim["ref"], claim["statement"])
+        seen[base] = seen.get(base, 0) + 1
+        keyed[base + (seen[base],)] = bool(claim["holds"])
+    return keyed
+
+
+def compare_reports(a: dict, b: dict) -> list[str]:
+    """The disagreements of two devices' reports on the notebooks both ran: a claim that holds on
+    one and fails (or is missing) on the other, or a notebook that ran on one and raised on the other."""
+    lines = []
+    b_runs = {n["notebook"]: n for n in b["notebooks"] if n["status"] != "not run"}
+    for na in a["notebooks"]:
+        nb = b_runs.get(na["notebook"])
+        if na["status"] == "not run" or nb is None:
+            continue
+        if (na["status"] == "error") != (nb["status"] == "error"):
+            lines.append(f"{na['notebook']}: {na['status']} on {a['device']}, {nb['status']} on {b['device']}")
+            continue
+        ka, kb = _claim_keys(na), _claim_keys(nb)
+        for key in sorted(set(ka) | set(kb), key=str):
+            if ka.get(key) != kb.get(key):
+                state = {None: "missing", True: "holds", False: "fails"}
+                lines.append(f"{na['notebook']}: {key[1]}: {key[2]}: {state[ka.get(key)]} on {a['device']}, "
+                             f"{state[kb.get(key)]} on {b['device']}")
+    return lines
 
 
 def _num(value: Optional[float], digits: int = 0) -> str:
@@ -151,14 +272,104 @@ def write_report(results: list[Result], path: pathlib.Path) -> dict:
     return report
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    import torch
+def _md_table(rows: list[tuple[str, ...]]) -> list[str]:
+    head, *body = rows
+    return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"] + \
+        ["| " + " | ".join(row) + " |" for row in body]
 
+
+def render_page(reports: dict[str, dict]) -> str:
+    """``book/full_results.md`` from the stored reports (name → report)."""
+    out = ["# Full-profile results", "",
+           "Every notebook of this book runs in two profiles. The pages show the *quick* profile: small sizes, "
+           "on a CPU, so that the stored outputs can be checked on any machine. The *full* profile runs the same "
+           "constructions and claims at larger sizes, on a GPU when there is one (`make full`, or "
+           "`python -m tfbook.full --store NOTEBOOK...` for a part of the book). Each run is merged into the "
+           "report of its device; this page renders those reports. A claim that fails in the full profile is "
+           "recorded here, not hidden; a notebook that has not been run in the full profile on a device is "
+           "listed as not run.", ""]
+    if not reports:
+        out += ["No full-profile report is stored yet.", ""]
+    for name, report in sorted(reports.items()):
+        ran = [n for n in report["notebooks"] if n["status"] != "not run"]
+        out += [f"## {report['device'] or name}", ""]
+        dates = sorted(n["date"][:10] for n in ran if n.get("date"))
+        torches = sorted({n.get("torch", "") for n in ran} - {""})
+        out += [f"{report['run']} notebooks run, {report['not_run']} not run; {report['held']} claims held, "
+                f"{report['failed']} failed" + (f"; runs from {dates[0]} to {dates[-1]}" if dates else "")
+                + (f", torch {', '.join(torches)}" if torches else "") + ".", ""]
+        rows = [("notebook", "status", "commit", "wall s", "peak RSS MiB", "peak GPU MiB", "held", "failed")]
+        rows += [(f"`{n['notebook']}`", n["status"], n.get("commit") or "-", _num(n["wall_s"]),
+                  _num(n["peak_rss_mib"]), _num(n["peak_cuda_mib"]), str(n["held"]), str(n["failed"]))
+                 for n in ran]
+        out += (_md_table(rows) if ran else []) + [""]
+        missing = [n["notebook"] for n in report["notebooks"] if n["status"] == "not run"]
+        if missing:
+            out += ["Not run on this device: " + ", ".join(f"`{m}`" for m in missing) + ".", ""]
+        problems = [f"- `{n['notebook']}`: {f}" for n in ran for f in n["failures"]]
+        problems += [f"- `{n['notebook']}` raised: `{n['error']}`" for n in ran if n["error"]]
+        if problems:
+            out += ["Failed claims and errors:", ""] + problems + [""]
+    names = sorted(reports)
+    if len(names) > 1:
+        out += ["## Agreement between devices", "",
+                "On every notebook that two devices both ran, each claim must hold on both or fail on both.", ""]
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                lines = compare_reports(reports[a], reports[b])
+                both = _both_ran(reports[a], reports[b])
+                verdict = "every claim agrees" if not lines else f"{len(lines)} disagreements"
+                out += [f"- {reports[a]['device']} and {reports[b]['device']}: {len(both)} notebooks run on both; "
+                        f"{verdict}."] + [f"  - {line}" for line in lines]
+        out += [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _both_ran(a: dict, b: dict) -> list[str]:
+    ran = {n["notebook"] for n in b["notebooks"] if n["status"] != "not run"}
+    return [n["notebook"] for n in a["notebooks"] if n["status"] != "not run" and n["notebook"] in ran]
+
+
+def stored_reports(reports: pathlib.Path = REPORTS) -> dict[str, dict]:
+    """Every stored report, by file stem."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(reports.glob("*.json"))}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=pathlib.Path, help="default: every notebook in _toc.yml")
     parser.add_argument("--estimate", action="store_true", help="only print each notebook's expected time")
     parser.add_argument("--scratch", type=pathlib.Path, default=SCRATCH)
+    parser.add_argument("--store", action="store_true", help="merge the run into book/full_reports/<device>.json")
+    parser.add_argument("--reports", type=pathlib.Path, default=REPORTS, help="where stored reports live")
+    parser.add_argument("--page", action="store_true", help="write book/full_results.md from the stored reports")
+    parser.add_argument("--check", action="store_true", help="with --page: exit 1 if the page is not current")
+    parser.add_argument("--merge", nargs="+", type=pathlib.Path, metavar="REPORT",
+                        help="merge reports written elsewhere (e.g. on a GPU machine) into the stored ones")
+    parser.add_argument("--compare", nargs=2, type=pathlib.Path, metavar="REPORT", help="two reports' disagreements")
     args = parser.parse_args(argv)
+    if args.check and not args.page:
+        parser.error("--check goes with --page")
+    if args.page:
+        text = render_page(stored_reports(args.reports))
+        if args.check:
+            return 0 if PAGE.exists() and PAGE.read_text() == text else 1
+        PAGE.write_text(text)
+        return 0
+    if args.merge:
+        for path in args.merge:
+            runs = [Result(**n) for n in json.loads(path.read_text())["notebooks"] if n["status"] != "not run"]
+            for written in store_report(runs, args.reports):
+                print(f"merged {path} into {written}")
+        return 0
+    if args.compare:
+        a, b = (json.loads(p.read_text()) for p in args.compare)
+        lines = compare_reports(a, b)
+        print(f"{len(_both_ran(a, b))} notebooks run on both; {len(lines)} disagreements")
+        print("\n".join(lines))
+        return 1 if lines else 0
+    import torch
+
     paths = [p.resolve() for p in args.notebooks] or notebooks()
     gpu = torch.cuda.is_available()
     results = [Result(str(p.relative_to(ROOT)), expected_s=expected_seconds(p, gpu)) for p in paths]
@@ -174,6 +385,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"    {results[i].status}, {results[i].wall_s:.1f} s, {results[i].held} held, {results[i].failed} failed",
               flush=True)
         write_report(results, args.scratch / "report.json")
+        if args.store:
+            store_report(results[i:i + 1], args.reports)
     report = write_report(results, args.scratch / "report.json")
     print(format_table(results))
     print(f"report: {args.scratch / 'report.json'}")
