@@ -230,3 +230,15 @@ def test_timeout_from_quick_seconds():
     assert ca.timeout_seconds(nb) == 60
     nb.metadata["tfbook"] = {"quick_seconds": 40}
     assert ca.timeout_seconds(nb) == 120
+
+
+def test_tooling_left_out_of_the_library_hash_is_imported_by_no_notebook():
+    import re
+
+    import nbformat
+
+    names = "|".join(re.escape(t[:-3]) for t in ca.TOOLING)
+    pattern = re.compile(rf"tfbook\.({names})\b|from tfbook import[^\n]*\b({names})\b")
+    for path in sorted((ca.ROOT / "book").rglob("*.ipynb")):
+        code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        assert not pattern.search(code), f"{path.name} imports tooling that the audit's library hash leaves out"

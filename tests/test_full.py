@@ -65,3 +65,49 @@ def test_run_one_records_failures_into_a_scratch_copy(tmp_path):
     assert "Lemma 2: fails, recorded: measured 3.0 is not <= 2" in result.failures[0]
     ran = nbformat.read(tmp_path / "scratch" / "book" / "n.ipynb", as_version=4)
     assert ran.cells[0].outputs[0]["text"].strip() == "full" and len(ran.cells) == 1
+
+
+def _ran(name, device, holds, status="ok"):
+    claims = [{"title": "T", "ref": "Lemma 1", "statement": "s", "measured": "1", "relation": "<=", "bound": "2",
+               "holds": h, "kind": "construction"} for h in holds]
+    return full.Result(name, status, device, 1.0, 10.0, None, sum(holds), len(holds) - sum(holds), [], None,
+                       claims=claims)
+
+
+def test_merge_keeps_the_newest_run_per_notebook_and_lists_the_rest():
+    every = ["book/a/01.ipynb", "book/a/02.ipynb", "book/b/01.ipynb"]
+    first = full.merge_report(None, [_ran("book/a/01.ipynb", "cpu (X, 1 threads)", [True, False])], every)
+    assert (first["run"], first["not_run"], first["held"], first["failed"], first["ok"]) == (1, 2, 1, 1, True)
+    assert [n["status"] for n in first["notebooks"]] == ["ok", "not run", "not run"]
+    second = full.merge_report(first, [_ran("book/a/01.ipynb", "cpu (X, 1 threads)", [True, True]),
+                                       _ran("book/b/01.ipynb", "cpu (X, 1 threads)", [True], "error")], every)
+    assert (second["run"], second["held"], second["failed"], second["ok"]) == (2, 3, 0, False)
+    assert [n["notebook"] for n in second["notebooks"]] == every
+
+
+def test_store_report_writes_one_file_per_device(tmp_path):
+    root = tmp_path / "repo"
+    (root / "book").mkdir(parents=True)
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/n\n")
+    nbformat.write(nbformat.v4.new_notebook(), root / "book" / "n.ipynb")
+    results = [_ran("book/n.ipynb", "cuda:0 (NVIDIA H200)", [True]), _ran("book/n.ipynb", "cpu (AMD EPYC, 2 threads)", [False])]
+    written = full.store_report(results, tmp_path / "reports", root=root)
+    assert sorted(p.name for p in written) == ["cpu-amd-epyc.json", "nvidia-h200.json"]
+    gpu = json.loads((tmp_path / "reports" / "nvidia-h200.json").read_text())
+    assert gpu["device"] == "cuda:0 (NVIDIA H200)" and gpu["held"] == 1 and gpu["not_run"] == 0
+
+
+def test_compare_finds_a_claim_that_holds_on_one_device_only():
+    every = ["book/a/01.ipynb", "book/a/02.ipynb"]
+    gpu = full.merge_report(None, [_ran("book/a/01.ipynb", "cuda:0 (G)", [True, True]),
+                                   _ran("book/a/02.ipynb", "cuda:0 (G)", [True])], every)
+    cpu = full.merge_report(None, [_ran("book/a/01.ipynb", "cpu (C, 1 threads)", [True, False])], every)
+    lines = full.compare_reports(gpu, cpu)
+    assert len(lines) == 1 and "book/a/01.ipynb: Lemma 1: s: holds on cuda:0 (G), fails on cpu" in lines[0]
+    assert full.compare_reports(gpu, gpu) == []
+    page = full.render_page({"g": gpu, "c": cpu})
+    assert "1 notebooks run on both; 1 disagreements" in page and "Not run on this device: `book/a/02.ipynb`" in page
+
+
+def test_stored_page_is_up_to_date():
+    assert full.main(["--page", "--check"]) == 0, "run `python -m tfbook.full --page` and commit book/full_results.md"

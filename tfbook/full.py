@@ -44,7 +44,9 @@ import json as _json, resource as _resource, torch as _torch
 from tfbook.device import current as _current
 _p = _current()
 print("TFBOOK_FULL " + _json.dumps({
-    "device": str(_p.device) + (" (" + _torch.cuda.get_device_name(_p.device) + ")" if _p.device.type == "cuda" else ""),
+    "device": str(_p.device) + " (" + (_torch.cuda.get_device_name(_p.device) if _p.device.type == "cuda" else
+        next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
+        + ", " + str(_torch.get_num_threads()) + " threads") + ")",
     "peak_rss_mib": _resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024,
     "peak_cuda_mib": (_torch.cuda.max_memory_allocated() / 2**20) if _torch.cuda.is_initialized() else None,
 }))
@@ -160,9 +162,10 @@ def _torch_version() -> str:
 
 def device_slug(device: str) -> str:
     """The stored report's name for a device line: ``"cuda:0 (NVIDIA H200)"`` → ``nvidia-h200``,
-    ``"cpu"`` → ``cpu-<machine>``."""
-    match = re.search(r"\((.*)\)", device)
-    name = match.group(1) if match else f"cpu-{platform.machine()}"
+    ``"cpu (AMD EPYC, 1 threads)"`` → ``cpu-amd-epyc``."""
+    match = re.search(r"\(([^,)]*)", device)
+    name = match.group(1) if match else platform.machine()
+    name = name if device.startswith("cuda") else f"cpu-{name}"
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
@@ -287,7 +290,8 @@ def render_page(reports: dict[str, dict]) -> str:
            "`python -m tfbook.full --store NOTEBOOK...` for a part of the book). Each run is merged into the "
            "report of its device; this page renders those reports. A claim that fails in the full profile is "
            "recorded here, not hidden; a notebook that has not been run in the full profile on a device is "
-           "listed as not run.", ""]
+           "listed as not run. A peak GPU memory of 0 on a GPU device means that the notebook allocated nothing on "
+           "the GPU: its full profile still computes on the host's CPU.", ""]
     if not reports:
         out += ["No full-profile report is stored yet.", ""]
     for name, report in sorted(reports.items()):
