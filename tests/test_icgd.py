@@ -420,3 +420,34 @@ def test_experiment_config_is_validated(kwargs, message):
 def test_delta_is_refused_for_smooth_activations():
     with pytest.raises(ValueError, match="delta .* applies only to activation 'relu'"):
         build_transformer(dx=2, dy=1, K=2, N=2, n=3, L=1, eta=0.1, activation="tanh", M=8, delta=0.1)
+
+
+def _prompt(model, n, box, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    s = model.spec
+
+    def uniform(*shape, scale=1.0):
+        return (torch.rand(*shape, generator=g, dtype=DTYPE) * 2 - 1) * scale
+
+    return uniform(1, n, s.dx), uniform(1, n, s.dy), uniform(1, s.dx), uniform(1, s.D_N, scale=box)
+
+
+def test_a_run_outside_the_tables_range_raises_and_the_a_priori_range_does_not():
+    kw = dict(dx=3, dy=1, K=4, N=3, n=5, L=2, eta=1e-5, activation="softplus", box=2.0)
+    small = build_transformer(**kw, R=2.0)
+    prompt = _prompt(small, 5, 2.0)
+    with pytest.raises(ValueError, match=r"layer fwd2: a pre-activation .* leaves the tables' range \[-R, R\] = \[-2, 2\]"):
+        small.run(*prompt)
+    with pytest.raises(ValueError, match="leaves the tables' range"):  # model(H) is guarded too
+        small(small.embed(*prompt))
+    safe = build_transformer(**kw)
+    H = safe.embed(*prompt)
+    worst = max(float(safe.preactivations(H, j).abs().max()) for j in (1,))
+    assert worst <= safe.R and torch.equal(safe(H), safe.block_states(H)[-1])
+
+
+def test_relu_log_cosh_residual_outside_the_loss_table_raises():
+    model = build_transformer(dx=3, dy=1, K=4, N=2, n=5, L=1, eta=0.1, activation="relu", delta=1e-3,
+                              loss="logcosh", box=2.0, R=0.5)
+    with pytest.raises(ValueError, match=r"layer loss: a residual .* leaves the loss table's range"):
+        model.run(*_prompt(model, 5, 2.0))

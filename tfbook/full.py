@@ -323,8 +323,9 @@ def render_page(reports: dict[str, dict]) -> str:
                 lines = compare_reports(reports[a], reports[b])
                 both = _both_ran(reports[a], reports[b])
                 verdict = "every claim agrees" if not lines else f"{len(lines)} disagreements"
-                out += [f"- {reports[a]['device']} and {reports[b]['device']}: {len(both)} notebooks run on both; "
-                        f"{verdict}."] + [f"  - {line}" for line in lines]
+                pair = f"- {reports[a]['device']} and {reports[b]['device']}: "
+                out += ([pair + "no notebook run on both."] if not both else
+                        [pair + f"{len(both)} notebooks run on both; {verdict}."] + [f"  - {line}" for line in lines])
         out += [""]
     return "\n".join(out).rstrip() + "\n"
 

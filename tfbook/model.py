@@ -168,12 +168,15 @@ class Construction(nn.Module):
 
     def forward(self, H: torch.Tensor, return_all: bool = False, memory: Optional[torch.Tensor] = None,
                 key_mask: Optional[torch.Tensor] = None):
-        """Run every layer in order; ``return_all=True`` returns the len(layers) + 1 states, input first."""
+        """Run every layer in order; ``return_all=True`` returns the len(layers) + 1 states, input first.
+        Without it only the current state is kept (memory of one state, not of the whole stack)."""
         self._check(H)
         states = [H]
         for layer in self.layers:
-            states.append(self._run_layer(layer, states[-1], memory, key_mask))
-        return states if return_all else states[-1]
+            H = self._run_layer(layer, H, memory, key_mask)
+            if return_all:
+                states.append(H)
+        return states if return_all else H
 
     def trace(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
               key_mask: Optional[torch.Tensor] = None) -> Trace:

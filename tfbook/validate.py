@@ -49,9 +49,15 @@ def choice(name: str, value, options: Sequence):
     return value
 
 
+def has_values(value: torch.Tensor) -> bool:
+    """False on the ``meta`` device (shapes only), where a value check has nothing to read and is skipped."""
+    return value.device.type != "meta"
+
+
 def tensor(name: str, value, shape: Optional[Sequence[Optional[int]]] = None, low: Optional[float] = None,
            high: Optional[float] = None, dtype: torch.dtype = DTYPE) -> torch.Tensor:
-    """``value`` as a finite tensor of ``dtype``; ``shape`` entries of None match any size."""
+    """``value`` as a finite tensor of ``dtype``; ``shape`` entries of None match any size. On the
+    ``meta`` device (shapes without values) only dtype and shape are checked."""
     if not isinstance(value, torch.Tensor):
         try:
             value = torch.as_tensor(np.asarray(value, dtype=float), dtype=dtype)
@@ -65,6 +71,8 @@ def tensor(name: str, value, shape: Optional[Sequence[Optional[int]]] = None, lo
         if not ok:
             want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
             raise ValueError(f"{name} must have shape {want}, got {tuple(value.shape)}")
+    if not has_values(value):
+        return value
     if value.is_floating_point() and not bool(torch.isfinite(value).all()):
         raise ValueError(f"{name} must contain only finite values")
     if low is not None and value.numel() and bool((value < low).any()):

@@ -21,9 +21,9 @@ GRIDS = ("aniso", "iso")
 
 def hat_features(X: torch.Tensor, k: Sequence[int]) -> torch.Tensor:
     """Row-wise Kronecker product of the per-coordinate hat matrices: (n, prod_c (2^k_c + 1))."""
-    Phi = torch.ones(X.shape[0], 1, dtype=DTYPE)
+    Phi = torch.ones(X.shape[0], 1, dtype=DTYPE, device=X.device)
     for c, kc in enumerate(k):
-        j = torch.arange(-1, 2 ** int(kc), dtype=DTYPE)
+        j = torch.arange(-1, 2 ** int(kc), dtype=DTYPE, device=X.device)
         H = bspline(2.0 ** int(kc) * X[:, c:c + 1] - j, 1)  # (n, 2^k + 1)
         Phi = (Phi[:, :, None] * H[:, None, :]).reshape(X.shape[0], -1)
     return Phi

@@ -114,9 +114,9 @@ def weierstrass(t, a: float, terms: int = 22, seed: int = 0) -> torch.Tensor:
     """W_a(t) = (1 - 2^-a) sum_{j < terms} 2^-ja cos(2 pi 2^j t + theta_j), |W_a| <= 1, Hölder exponent a."""
     a = validate.real("a", a, low=0, low_open=True)
     gen = np.random.default_rng(validate.positive_int("seed", seed, 0))
-    theta = torch.as_tensor(gen.random(terms) * 2 * np.pi, dtype=DTYPE)
     t = torch.as_tensor(t, dtype=DTYPE)
-    j = torch.arange(terms, dtype=DTYPE)
+    theta = torch.as_tensor(gen.random(terms) * 2 * np.pi, dtype=DTYPE, device=t.device)
+    j = torch.arange(terms, dtype=DTYPE, device=t.device)
     return (1 - 2.0**-a) * (2.0 ** (-j * a) * torch.cos(2 * np.pi * 2.0**j * t[..., None] + theta)).sum(-1)
 
 

@@ -115,7 +115,8 @@ class ColsymTransformer(Construction):
         X = torch.as_tensor(X)
         if X.ndim != 3 or X.shape[1] != self.d or X.shape[2] != self.n:
             raise ValueError(f"X must have shape (batch, d={self.d}, n={self.n}), got {tuple(X.shape)}")
-        if not torch.is_floating_point(X) or torch.isnan(X).any() or (X < 0).any() or (X > 1).any():
+        if not torch.is_floating_point(X) or (validate.has_values(X) and (torch.isnan(X).any() or (X < 0).any()
+                                                                          or (X > 1).any())):
             raise ValueError("X must be a float tensor with entries in [0, 1]")
         H = super().embed(x=X.transpose(1, 2).to(DTYPE))
         return H.to(next(self.parameters()).dtype)  # float64, or float32 after model.to(torch.float32)

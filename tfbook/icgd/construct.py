@@ -16,7 +16,7 @@ Tokens are rows ``[x; y; w; p1..pN; r0..r(N-1); g; s1..sN; one; t]``.
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -263,6 +263,7 @@ class ICGDTransformer(Construction):
         super().__init__(layout, layers)
         self.spec, self.n, self.L, self.eta, self.box = spec, n, L, eta, box
         self.x_bound, self.y_bound, self.R, self.R_g = x_bound, y_bound, R, R_g
+        self.R_u = R_g - 1.0  # the loss table's range
         self.r_hat, self.dr_hat, self.u_hat = r_hat, dr_hat, u_hat
         self.activation, self.loss, self.delta = activation_name, loss_name, delta
 
@@ -315,7 +316,7 @@ class ICGDTransformer(Construction):
         w0 = validate.tensor("w0", w0, shape=(B, s.D_N))
         for name, value, bound in (("X", X, self.x_bound), ("x_query", x_query, self.x_bound),
                                    ("Y", Y, self.y_bound), ("w0", w0, self.box)):
-            if value.numel() and float(value.abs().max()) > bound:
+            if value.numel() and validate.has_values(value) and float(value.abs().max()) > bound:
                 raise ValueError(f"{name} must have every |entry| <= {bound}, got {float(value.abs().max()):.6g}")
         lay = self.layout
         H = torch.zeros(B, n_prime + 1, lay.dim, dtype=DTYPE, device=X.device)
@@ -327,15 +328,65 @@ class ICGDTransformer(Construction):
         H[:, :n_prime, lay.index("t")] = 1.0
         return H
 
-    def block_states(self, H: torch.Tensor) -> list[torch.Tensor]:
-        """The L + 1 states at block boundaries, input first."""
+    def _guarded(self, H: torch.Tensor) -> Iterator[torch.Tensor]:
+        """Every state after the input, each layer's input checked first (`check_ranges`, `check_residuals`)."""
         self._check(H)
-        states, size = [H], self.block_size
+        size = self.block_size
         for i, layer in enumerate(self.layers):
+            step = i % size
+            if step < self.spec.N:  # fwd{step + 1} reads p(step)
+                self.check_ranges(H, step + 1, i // size)
+            elif step == self.spec.N + 1 and self.u_hat is not None:  # the loss layer reads p(N) - y
+                self.check_residuals(H, i // size)
             H = layer(H)
-            if (i + 1) % size == 0:
+            yield H
+
+    def forward(self, H: torch.Tensor, return_all: bool = False, memory=None, key_mask=None):
+        """Every layer in order, with the range guards; ``return_all`` returns every state, input first."""
+        if memory is not None or key_mask is not None:
+            raise ValueError("memory and key_mask must be None: Theorem 1's transformer is self-attention only")
+        states = [H]
+        for H in self._guarded(H):
+            if return_all:
                 states.append(H)
+        return states if return_all else H
+
+    def block_states(self, H: torch.Tensor) -> list[torch.Tensor]:
+        """The L + 1 states at block boundaries, input first, with the range guards."""
+        states = [H]
+        for i, state in enumerate(self._guarded(H)):
+            if (i + 1) % self.block_size == 0:
+                states.append(state)
         return states
+
+    def preactivations(self, H: torch.Tensor, j: int) -> torch.Tensor:
+        """v_{j_k} . p(j-1) for every token and k, (B, T, out_j): what the tables of layers j are fed."""
+        w, src = self.read(H, "w"), self.read(H, _source(j))  # (B, T, D_N), (B, T, in_j)
+        rows = torch.stack([w[..., self.spec.row(j, k)] for k in range(self.spec.out(j))], dim=-2)
+        return (rows * src[..., None, :]).sum(-1)
+
+    def check_ranges(self, H: torch.Tensor, j: int, block: int = 0) -> None:
+        """ValueError when a pre-activation of layer ``fwd{j}`` (and of the derivative layer) leaves
+        [-R, R], where r_hat and dr_hat interpolate r and r' (ReLU: exact everywhere, no range)."""
+        if self.activation == "relu" or not validate.has_values(H):
+            return
+        worst = float(self.preactivations(H, j).abs().max())
+        if worst > self.R * (1 + 1e-9):
+            raise ValueError(f"block {block}, layer fwd{j}: a pre-activation |v_{{{j}_k}} . p({j - 1})| = {worst:.6g} "
+                             f"leaves the tables' range [-R, R] = [-{self.R:.6g}, {self.R:.6g}]; build with a larger R "
+                             "(R=None gives the a-priori range of every admissible prompt)")
+
+    def check_residuals(self, H: torch.Tensor, block: int = 0) -> None:
+        """ValueError when a residual p(N) - y of an example token leaves [-R_u, R_u], where u_hat
+        interpolates the log-cosh derivative tanh."""
+        if not validate.has_values(H):
+            return
+        examples = self.read(H, "t") > 0.5  # (B, T, 1)
+        residual = (self.read(H, f"p{self.spec.N}") - self.read(H, "y")) * examples
+        worst = float(residual.abs().max())
+        if worst > self.R_u * (1 + 1e-9):
+            raise ValueError(f"block {block}, layer loss: a residual |p({self.spec.N}) - y| = {worst:.6g} leaves the "
+                             f"loss table's range [-{self.R_u:.6g}, {self.R_u:.6g}]")
 
     def run(self, X, Y, x_query, w0) -> torch.Tensor:
         """The query token's w slot after each block, (B, L + 1, D_N); [:, 0] is w0."""

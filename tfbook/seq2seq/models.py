@@ -86,14 +86,14 @@ class PositionalEncoding:
     def __call__(self, positions: torch.Tensor) -> torch.Tensor:
         """(D, n) encodings of a LongTensor of positions (n,)."""
         positions = torch.as_tensor(positions, dtype=torch.long)
-        P = torch.zeros(self.D, positions.shape[0], dtype=DTYPE)
+        P = torch.zeros(self.D, positions.shape[0], dtype=DTYPE, device=positions.device)
         angle = positions.to(DTYPE) * self.phi
         P[self.cos_at], P[self.cos_at + 1] = torch.cos(angle), torch.sin(angle)
         if self.one_at is not None:
             P[self.one_at] = 1.0
         if self.code_rows is not None:
             l, dp = self.code_rows.shape
-            P[self.code_at:self.code_at + dp] = self.code_rows[torch.remainder(positions, l)].T
+            P[self.code_at:self.code_at + dp] = self.code_rows.to(positions.device)[torch.remainder(positions, l)].T
         return P
 
 
@@ -199,7 +199,7 @@ class Seq2SeqTransformer(Construction):
         P = sum(s["U"] for s in self._spec) if boundary == "zero" else 0
         if P:
             X = torch.cat([X.new_zeros(B, d, P), X, X.new_zeros(B, d, P)], dim=-1)
-        Z = self._E.to(X.device) @ X + self._pe(torch.arange(-P, N + P)).to(X.device)  # (B, D, n)
+        Z = self._E.to(X.device) @ X + self._pe(torch.arange(-P, N + P, device=X.device))  # (B, D, n)
         return Z.transpose(1, 2), P
 
     def forward(self, X, boundary: str = "circular") -> torch.Tensor:

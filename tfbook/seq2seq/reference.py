@@ -20,8 +20,9 @@ import torch
 from tfbook.device import DTYPE
 
 
-def _dense(A) -> torch.Tensor:
-    return A.to_dense() if A.is_sparse else A
+def _on(A: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A dense float64 copy of a weight on the device of ``like`` (the reference follows its input)."""
+    return (A.to_dense() if A.is_sparse else A).to(device=like.device, dtype=DTYPE)
 
 
 def paper_forward(weights: dict, X: torch.Tensor, boundary: str = "circular") -> torch.Tensor:
@@ -32,12 +33,12 @@ def paper_forward(weights: dict, X: torch.Tensor, boundary: str = "circular") ->
     if P:
         X = torch.cat([X.new_zeros(B, d, P), X, X.new_zeros(B, d, P)], dim=-1)
     n = X.shape[-1]
-    positions = torch.arange(-P, N + P)
-    Z = weights["E"].to(DTYPE) @ X + weights["pe"](positions).to(DTYPE)  # (B, D, n)
+    positions = torch.arange(-P, N + P, device=X.device)
+    Z = _on(weights["E"], X) @ X + _on(weights["pe"](positions), X)  # (B, D, n)
     for layer in weights["layers"]:
         U = layer["U"]
-        offsets = torch.arange(-U, U + 1)
-        idx = torch.arange(n)[:, None] + offsets[None, :]  # (n, 2U+1) key positions of each query
+        offsets = torch.arange(-U, U + 1, device=X.device)
+        idx = torch.arange(n, device=X.device)[:, None] + offsets[None, :]  # (n, 2U+1) key positions of each query
         present = torch.ones_like(idx, dtype=torch.bool)
         if boundary == "circular":
             idx = torch.remainder(idx, n)
@@ -46,17 +47,17 @@ def paper_forward(weights: dict, X: torch.Tensor, boundary: str = "circular") ->
             idx = idx.clamp(0, n - 1)
         update = torch.zeros_like(Z)
         for K, Q, V in layer["heads"]:
-            keys = (K.to(DTYPE) @ Z)[:, :, idx]  # (B, D', n, 2U+1)
-            q = Q.to(DTYPE) @ Z  # (B, D', n)
+            keys = (_on(K, Z) @ Z)[:, :, idx]  # (B, D', n, 2U+1)
+            q = _on(Q, Z) @ Z  # (B, D', n)
             s = (keys * q[:, :, :, None]).sum(1)  # (B, n, 2U+1)
             s = s.masked_fill(~present, float("-inf"))
             a = torch.softmax(s, dim=-1)
-            values = (V.to(DTYPE) @ Z)[:, :, idx]  # (B, D, n, 2U+1)
+            values = (_on(V, Z) @ Z)[:, :, idx]  # (B, D, n, 2U+1)
             update = update + (values * a[:, None]).sum(-1)
         Z = Z + update
         ffn = layer["ffn"]
         for ell, (A, b) in enumerate(ffn):
-            Z = torch.einsum("od,bdn->bon", _dense(A).to(DTYPE), Z) + b.to(DTYPE)[None, :, None]
+            Z = torch.einsum("od,bdn->bon", _on(A, Z), Z) + _on(b, Z)[None, :, None]
             if ell < len(ffn) - 1:
                 Z = torch.relu(Z)
     return Z[..., P:P + N] if P else Z
@@ -65,21 +66,21 @@ def paper_forward(weights: dict, X: torch.Tensor, boundary: str = "circular") ->
 def extract_reference(X: torch.Tensor, offsets: Sequence[tuple[int, int]], boundary: str = "circular") -> torch.Tensor:
     """Γ∘Σ_i X: (batch, H, N) with entry [h, i] = X[c_h, i + j_h] (zero outside the sequence if boundary="zero")."""
     B, d, N = X.shape
-    out = torch.zeros(B, len(offsets), N, dtype=X.dtype)
-    i = torch.arange(N)
+    out = torch.zeros(B, len(offsets), N, dtype=X.dtype, device=X.device)
+    i = torch.arange(N, device=X.device)
     for h, (c, o) in enumerate(offsets):
         j = i + o
         if boundary == "circular":
             out[:, h] = X[:, c, torch.remainder(j, N)]
         else:
-            ok = (j >= 0) & (j < N)
-            out[:, h, ok] = X[:, c, j[ok]]
+            ok = (j >= 0) & (j < N)  # (N,): zero outside the sequence
+            out[:, h] = torch.where(ok, X[:, c, j.clamp(0, N - 1)], out[:, h])
     return out
 
 
 def importance_values(importance: dict, X: torch.Tensor) -> torch.Tensor:
     """μ_i(X) = w_() + Σ w_{c,o} X[c, i+o] on one period (batch, N)."""
-    mu = torch.full((X.shape[0], X.shape[-1]), float(importance.get((), 0.0)), dtype=X.dtype)
+    mu = torch.full((X.shape[0], X.shape[-1]), float(importance.get((), 0.0)), dtype=X.dtype, device=X.device)
     for key, w in importance.items():
         if key != ():
             c, o = key
@@ -92,13 +93,13 @@ def selection_reference(importance: dict, channels: Sequence[Sequence[int]], V: 
     """Γ∘Π∘Σ_i X on one period: features (batch, out, N) in rank order and the selected offsets (batch, r_max, N)."""
     B, d, N = X.shape
     mu = importance_values(importance, X)  # (B, N)
-    offsets = torch.arange(-V, V + 1)
-    window = torch.remainder(torch.arange(N)[:, None] + offsets[None, :], N)  # (N, 2V+1)
+    offsets = torch.arange(-V, V + 1, device=X.device)
+    window = torch.remainder(torch.arange(N, device=X.device)[:, None] + offsets[None, :], N)  # (N, 2V+1)
     order = torch.argsort(mu[:, window], dim=-1, descending=True, stable=True)  # (B, N, 2V+1)
     chosen = offsets[order[..., : len(channels)]].permute(0, 2, 1)  # (B, r_max, N)
     feats = []
     for m, chans in enumerate(channels):
-        pos = torch.remainder(torch.arange(N)[None, :] + chosen[:, m], N)  # (B, N)
+        pos = torch.remainder(torch.arange(N, device=X.device)[None, :] + chosen[:, m], N)  # (B, N)
         for c in chans:
             feats.append(torch.gather(X[:, c], 1, pos))
     out = torch.stack(feats, 1) if feats else X.new_zeros(B, 0, N)
