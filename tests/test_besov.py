@@ -479,3 +479,20 @@ def test_hat_least_squares_reproduces_linear_functions_and_rejects_bad_input():
         estimation.best_grid_mse(lambda X: X[:, 0], [1.0, 1.0], "sparse", 100, 0, 50)
     with pytest.raises(ValueError, match="too small"):
         estimation.best_grid_mse(lambda X: X[:, 0], [1.0, 1.0], "iso", 4, 0, 50)
+
+
+@pytest.mark.parametrize("t, match", [("abc", "t must be a real tensor"), (float("nan"), "t must contain only finite")])
+def test_weierstrass_refuses_non_numeric_and_nan(t, match):
+    from tfbook.besov.grids import weierstrass
+
+    with pytest.raises(ValueError, match=match):
+        weierstrass(t, 0.5)
+
+
+@pytest.mark.parametrize("f, match", [("abc", "f must be a callable"), (lambda x: ["a"] * len(x), "f\\(nodes\\) must be a real"),
+                                      (lambda x: torch.full((len(x),), float("nan")), "f\\(nodes\\) must contain only finite")])
+def test_interpolant_refuses_a_target_that_is_not_numeric(f, match):
+    from tfbook.besov.grids import aniso_interpolant
+
+    with pytest.raises(ValueError, match=match):
+        aniso_interpolant(f, [[1.0]], 2)

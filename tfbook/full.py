@@ -217,13 +217,14 @@ def _claim_keys(notebook: dict) -> dict[tuple, bool]:
 
 
 def compare_reports(a: dict, b: dict) -> list[str]:
-    """The disagreements of two devices' reports on the notebooks both ran: a claim that holds on
-    one and fails (or is missing) on the other, or a notebook that ran on one and raised on the other."""
+    """The disagreements of two devices' reports on the notebooks both ran at the same commit: a claim
+    that holds on one and fails (or is missing) on the other, or a notebook that ran on one and raised
+    on the other."""
     lines = []
     b_runs = {n["notebook"]: n for n in b["notebooks"] if n["status"] != "not run"}
     for na in a["notebooks"]:
         nb = b_runs.get(na["notebook"])
-        if na["status"] == "not run" or nb is None:
+        if na["status"] == "not run" or nb is None or na.get("commit") != nb.get("commit"):
             continue
         if (na["status"] == "error") != (nb["status"] == "error"):
             lines.append(f"{na['notebook']}: {na['status']} on {a['device']}, {nb['status']} on {b['device']}")
@@ -317,22 +318,28 @@ def render_page(reports: dict[str, dict]) -> str:
     names = sorted(reports)
     if len(names) > 1:
         out += ["## Agreement between devices", "",
-                "On every notebook that two devices both ran, each claim must hold on both or fail on both.", ""]
+                "On every notebook that two devices both ran at the same commit, each claim must hold on both or fail "
+                "on both. Runs of a notebook at different commits are not compared (its code may differ).", ""]
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 lines = compare_reports(reports[a], reports[b])
                 both = _both_ran(reports[a], reports[b])
+                other = len(_both_ran(reports[a], reports[b], same_commit=False)) - len(both)
                 verdict = "every claim agrees" if not lines else f"{len(lines)} disagreements"
+                apart = f" ({other} more run on both at different commits)" if other else ""
                 pair = f"- {reports[a]['device']} and {reports[b]['device']}: "
-                out += ([pair + "no notebook run on both."] if not both else
-                        [pair + f"{len(both)} notebooks run on both; {verdict}."] + [f"  - {line}" for line in lines])
+                out += ([pair + f"no notebook run on both at the same commit{apart}."] if not both else
+                        [pair + f"{len(both)} notebooks run on both at the same commit{apart}; {verdict}."]
+                        + [f"  - {line}" for line in lines])
         out += [""]
     return "\n".join(out).rstrip() + "\n"
 
 
-def _both_ran(a: dict, b: dict) -> list[str]:
-    ran = {n["notebook"] for n in b["notebooks"] if n["status"] != "not run"}
-    return [n["notebook"] for n in a["notebooks"] if n["status"] != "not run" and n["notebook"] in ran]
+def _both_ran(a: dict, b: dict, same_commit: bool = True) -> list[str]:
+    """The notebooks run on both devices (at the same commit, unless ``same_commit`` is False)."""
+    ran = {n["notebook"]: n.get("commit") for n in b["notebooks"] if n["status"] != "not run"}
+    return [n["notebook"] for n in a["notebooks"] if n["status"] != "not run" and n["notebook"] in ran
+            and (not same_commit or ran[n["notebook"]] == n.get("commit"))]
 
 
 def stored_reports(reports: pathlib.Path = REPORTS) -> dict[str, dict]:

@@ -39,9 +39,11 @@ def levels(alpha, K: int) -> np.ndarray:
 
 
 def _evaluate(f: Callable, nodes: torch.Tensor) -> torch.Tensor:
+    if not callable(f):
+        raise ValueError(f"f must be a callable returning one real value per node, got {type(f).__name__}")
     values = []
     for s in range(0, nodes.shape[0], CHUNK):
-        v = torch.as_tensor(f(nodes[s:s + CHUNK]), dtype=DTYPE).reshape(-1)
+        v = validate.tensor("f(nodes)", f(nodes[s:s + CHUNK])).reshape(-1)
         if v.shape[0] != min(CHUNK, nodes.shape[0] - s):
             raise ValueError(f"f must return one value per node, got shape {tuple(v.shape)}")
         values.append(v)
@@ -114,7 +116,7 @@ def weierstrass(t, a: float, terms: int = 22, seed: int = 0) -> torch.Tensor:
     """W_a(t) = (1 - 2^-a) sum_{j < terms} 2^-ja cos(2 pi 2^j t + theta_j), |W_a| <= 1, Hölder exponent a."""
     a = validate.real("a", a, low=0, low_open=True)
     gen = np.random.default_rng(validate.positive_int("seed", seed, 0))
-    t = torch.as_tensor(t, dtype=DTYPE)
+    t = validate.tensor("t", t)
     theta = torch.as_tensor(gen.random(terms) * 2 * np.pi, dtype=DTYPE, device=t.device)
     j = torch.arange(terms, dtype=DTYPE, device=t.device)
     return (1 - 2.0**-a) * (2.0 ** (-j * a) * torch.cos(2 * np.pi * 2.0**j * t[..., None] + theta)).sum(-1)

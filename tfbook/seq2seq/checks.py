@@ -17,6 +17,15 @@ from tfbook.seq2seq.reference import extract_reference, paper_forward, selection
 from tfbook.seq2seq.smoothness import shift
 
 
+def attention_rows(model: Seq2SeqTransformer, d: int, N: int, boundary: str = "circular") -> torch.Tensor:
+    """A_h[i, k] for every head h, query i and key k of a length-N sequence, (h, N, N), read from the
+    model's output (so a perturbed core shows in them): input k carries e_k in every one of its d
+    coordinates, so output h at position i is sum_l A_h[i, l] X[c_h, l] = A_h[i, k]."""
+    device = next(model.parameters()).device
+    E = torch.eye(N, dtype=torch.float64, device=device)[:, None, :].expand(N, d, N)  # (k, d, N)
+    return model(E, boundary=boundary).permute(1, 2, 0)  # (h, i, k)
+
+
 def extraction_error(model: Seq2SeqTransformer, offsets, X: torch.Tensor, boundary: str = "circular") -> float:
     """max |model(X) − Γ∘Σ_i X| over every output, position and input."""
     return float((model(X, boundary=boundary) - extract_reference(X, offsets, boundary)).abs().max())
