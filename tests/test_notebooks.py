@@ -39,3 +39,28 @@ def test_first_visible_code_cell_describes_the_profile(name):
     code = [c for c in nb.cells if c.cell_type == "code" and not notebooks.is_install_cell(c)]
     assert code and "describe()" in code[0].source, "the first code cell prints tfbook.device.describe()"
     assert "nbval-ignore-output" in code[0].metadata.get("tags", [])
+
+
+def _markdown_texts():
+    for path in sorted((ROOT / "book").rglob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                yield path.relative_to(ROOT), cell.source
+    for path in sorted((ROOT / "book").rglob("*.md")):
+        yield path.relative_to(ROOT), path.read_text()
+
+
+def test_every_statement_reference_has_its_text_and_target():
+    """The book's statement blocks are unnumbered (the paper's numbers are in their titles), so a bare
+    {prf:ref}`label` would print "Lemma " with no number: every reference names its text."""
+    import re
+
+    labels, refs = set(), []
+    for where, text in _markdown_texts():
+        labels.update(re.findall(r":::\{prf:\w+\}[^\n]*\n(?::[a-z]+:[^\n]*\n)*?:label: *(\S+)", text))
+        refs += [(where, r) for r in re.findall(r"\{prf:ref\}`([^`]*)`", text)]
+    assert refs
+    for where, ref in refs:
+        match = re.fullmatch(r"(.+\S)\s*<([^>]+)>", ref)
+        assert match, f"{where}: {{prf:ref}}`{ref}` has no reference text (write `text <{ref}>`)"
+        assert match.group(2) in labels, f"{where}: {{prf:ref}} to an unknown label {match.group(2)}"
