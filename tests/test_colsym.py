@@ -344,10 +344,12 @@ def test_coefficients_of_any_real_type_and_lemma6_feeds_the_construction():
     poly = cs.expand({((1,), (1,)): Fraction(1, 2), ((2,),): 3, (): np.int64(2)}, d, n)
     coeffs = cs.decompose_column_symmetric(poly, d, n)
     assert all(isinstance(c, Fraction) for c in coeffs.values())
-    model = cs.build_transformer(coeffs, d, n, 4, 3)
+    model = cs.build_transformer(coeffs, d, n, 4, 8)  # 8^2 4^-8 ~ 1e-3: a model that outputs 0 fails the bound
     X = torch.rand(16, d, n, dtype=F64)
-    assert float((model(X) - cs.evaluate(coeffs, X)).abs().max()) <= cs.theorem1_bound(coeffs, d, n, 4, 3)
-    same = cs.build_transformer({T: np.float32(float(c)) if T else np.int64(2) for T, c in coeffs.items()}, d, n, 4, 3)
+    bound = cs.theorem1_bound(coeffs, d, n, 4, 8)
+    assert bound <= 1e-3 * float(cs.evaluate(coeffs, torch.ones(1, d, n, dtype=F64)).abs().max())
+    assert float((model(X) - cs.evaluate(coeffs, X)).abs().max()) <= bound
+    same = cs.build_transformer({T: np.float32(float(c)) if T else np.int64(2) for T, c in coeffs.items()}, d, n, 4, 8)
     assert torch.equal(same(X), model(X))
 
 
@@ -364,9 +366,12 @@ def test_signed_variant_and_bad_input():
     with pytest.raises(ValueError, match="negative"):
         cs.build_transformer({((1,),): -1.0}, 1, 3, 2, 2)
     coeffs = {((1,), (1,)): -1.0, ((2,),): 1.0}
-    model = cs.build_transformer(coeffs, 1, 3, 4, 3, signed=True)
+    model = cs.build_transformer(coeffs, 1, 3, 4, 8, signed=True)
     X = torch.rand(32, 1, 3, dtype=F64)
-    assert float((model(X) - cs.evaluate(coeffs, X)).abs().max()) <= cs.theorem1_bound(coeffs, 1, 3, 4, 3, signed=True)
+    bound = cs.theorem1_bound(coeffs, 1, 3, 4, 8, signed=True)  # 8^2 4^-8 (1 + 3) ~ 4e-3
+    f = cs.evaluate(coeffs, X)
+    assert bound <= 0.1 * float(f.abs().max())  # a model that outputs 0 fails the bound
+    assert float((model(X) - f).abs().max()) <= bound
     with pytest.raises(ValueError, match="length d = 2"):
         cs.build_transformer({((1,),): 1.0}, 2, 3, 2, 2)
     with pytest.raises(ValueError, match="not be all zero"):
