@@ -436,18 +436,21 @@ def test_a_run_outside_the_tables_range_raises_and_the_a_priori_range_does_not()
     kw = dict(dx=3, dy=1, K=4, N=3, n=5, L=2, eta=1e-5, activation="softplus", box=2.0)
     small = build_transformer(**kw, R=2.0)
     prompt = _prompt(small, 5, 2.0)
-    with pytest.raises(ValueError, match=r"layer fwd2: a pre-activation .* leaves the tables' range \[-R, R\] = \[-2, 2\]"):
+    with pytest.raises(ValueError, match=r"block 0, layer fwd2: a pre-activation of size .* leaves its table's range \[-2, 2\]"):
         small.run(*prompt)
-    with pytest.raises(ValueError, match="leaves the tables' range"):  # model(H) is guarded too
+    with pytest.raises(ValueError, match="leaves its table's range"):  # model(H) is guarded too
         small(small.embed(*prompt))
     safe = build_transformer(**kw)
     H = safe.embed(*prompt)
     worst = max(float(safe.preactivations(H, j).abs().max()) for j in (1,))
     assert worst <= safe.R and torch.equal(safe(H), safe.block_states(H)[-1])
+    assert torch.equal(safe(H.numpy()), safe(H))  # an array is taken as float64 tokens
+    with pytest.raises(ValueError, match=r"H must have shape \(\*, \*, "):
+        safe(H[..., :-1])
 
 
 def test_relu_log_cosh_residual_outside_the_loss_table_raises():
     model = build_transformer(dx=3, dy=1, K=4, N=2, n=5, L=1, eta=0.1, activation="relu", delta=1e-3,
                               loss="logcosh", box=2.0, R=0.5)
-    with pytest.raises(ValueError, match=r"layer loss: a residual .* leaves the loss table's range"):
+    with pytest.raises(ValueError, match=r"layer loss: a residual p\(N\) - y of size .* leaves its table's range"):
         model.run(*_prompt(model, 5, 2.0))

@@ -16,7 +16,7 @@ Tokens are rows ``[x; y; w; p1..pN; r0..r(N-1); g; s1..sN; one; t]``.
 from __future__ import annotations
 
 import copy
-from typing import Iterator, Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -328,36 +328,36 @@ class ICGDTransformer(Construction):
         H[:, :n_prime, lay.index("t")] = 1.0
         return H
 
-    def _guarded(self, H: torch.Tensor) -> Iterator[torch.Tensor]:
-        """Every state after the input, each layer's input checked first (`check_ranges`, `check_residuals`)."""
-        self._check(H)
-        size = self.block_size
+    def _run(self, H: torch.Tensor, keep: Callable[[int], bool]) -> list[torch.Tensor]:
+        """The input and every state after layer i with ``keep(i)``; the range guards are accumulated
+        on the device while the layers run and read once at the end (`check_ranges`)."""
+        H = validate.tensor("H", H, shape=(None, None, self.layout.dim))
+        size, states, seen = self.block_size, [H], []
         for i, layer in enumerate(self.layers):
             step = i % size
-            if step < self.spec.N:  # fwd{step + 1} reads p(step)
-                self.check_ranges(H, step + 1, i // size)
+            if step < self.spec.N and self.activation != "relu":  # fwd{step + 1} reads p(step)
+                seen.append((f"block {i // size}, layer fwd{step + 1}", "pre-activation", self.R,
+                             self.preactivations(H, step + 1).abs().amax()))
             elif step == self.spec.N + 1 and self.u_hat is not None:  # the loss layer reads p(N) - y
-                self.check_residuals(H, i // size)
+                seen.append((f"block {i // size}, layer loss", "residual p(N) - y", self.R_u,
+                             self.residuals(H).abs().amax()))
             H = layer(H)
-            yield H
+            if keep(i):
+                states.append(H)
+        self.check_ranges(seen)
+        return states
 
     def forward(self, H: torch.Tensor, return_all: bool = False, memory=None, key_mask=None):
         """Every layer in order, with the range guards; ``return_all`` returns every state, input first."""
         if memory is not None or key_mask is not None:
             raise ValueError("memory and key_mask must be None: Theorem 1's transformer is self-attention only")
-        states = [H]
-        for H in self._guarded(H):
-            if return_all:
-                states.append(H)
-        return states if return_all else H
+        last = len(self.layers) - 1
+        states = self._run(H, (lambda i: True) if return_all else (lambda i: i == last))
+        return states if return_all else states[-1]
 
     def block_states(self, H: torch.Tensor) -> list[torch.Tensor]:
         """The L + 1 states at block boundaries, input first, with the range guards."""
-        states = [H]
-        for i, state in enumerate(self._guarded(H)):
-            if (i + 1) % self.block_size == 0:
-                states.append(state)
-        return states
+        return self._run(H, lambda i: (i + 1) % self.block_size == 0)
 
     def preactivations(self, H: torch.Tensor, j: int) -> torch.Tensor:
         """v_{j_k} . p(j-1) for every token and k, (B, T, out_j): what the tables of layers j are fed."""
@@ -365,28 +365,23 @@ class ICGDTransformer(Construction):
         rows = torch.stack([w[..., self.spec.row(j, k)] for k in range(self.spec.out(j))], dim=-2)
         return (rows * src[..., None, :]).sum(-1)
 
-    def check_ranges(self, H: torch.Tensor, j: int, block: int = 0) -> None:
-        """ValueError when a pre-activation of layer ``fwd{j}`` (and of the derivative layer) leaves
-        [-R, R], where r_hat and dr_hat interpolate r and r' (ReLU: exact everywhere, no range)."""
-        if self.activation == "relu" or not validate.has_values(H):
-            return
-        worst = float(self.preactivations(H, j).abs().max())
-        if worst > self.R * (1 + 1e-9):
-            raise ValueError(f"block {block}, layer fwd{j}: a pre-activation |v_{{{j}_k}} . p({j - 1})| = {worst:.6g} "
-                             f"leaves the tables' range [-R, R] = [-{self.R:.6g}, {self.R:.6g}]; build with a larger R "
-                             "(R=None gives the a-priori range of every admissible prompt)")
+    def residuals(self, H: torch.Tensor) -> torch.Tensor:
+        """p(N) - y on the example tokens (0 on the query, which the loss layer's gate switches off), (B, T, dy)."""
+        return (self.read(H, f"p{self.spec.N}") - self.read(H, "y")) * (self.read(H, "t") > 0.5)
 
-    def check_residuals(self, H: torch.Tensor, block: int = 0) -> None:
-        """ValueError when a residual p(N) - y of an example token leaves [-R_u, R_u], where u_hat
-        interpolates the log-cosh derivative tanh."""
-        if not validate.has_values(H):
+    @staticmethod
+    def check_ranges(seen: list[tuple[str, str, float, torch.Tensor]]) -> None:
+        """ValueError at the first (layer, what, range, largest |value|) whose value leaves [-range, range]:
+        the tables interpolate r, r' on [-R, R] and the loss derivative on [-R_u, R_u] (ReLU's r and r'
+        are exact everywhere). One device-to-host copy for the whole run; nothing to read on ``meta``."""
+        if not seen or not validate.has_values(seen[0][3]):
             return
-        examples = self.read(H, "t") > 0.5  # (B, T, 1)
-        residual = (self.read(H, f"p{self.spec.N}") - self.read(H, "y")) * examples
-        worst = float(residual.abs().max())
-        if worst > self.R_u * (1 + 1e-9):
-            raise ValueError(f"block {block}, layer loss: a residual |p({self.spec.N}) - y| = {worst:.6g} leaves the "
-                             f"loss table's range [-{self.R_u:.6g}, {self.R_u:.6g}]")
+        worst = torch.stack([value for *_, value in seen]).cpu().tolist()
+        for (where, what, bound, _), value in zip(seen, worst):
+            if value > bound * (1 + 1e-9):
+                raise ValueError(f"{where}: a {what} of size {value:.6g} leaves its table's range [-{bound:.6g}, "
+                                 f"{bound:.6g}]; build with a larger R (R=None gives the a-priori range of every "
+                                 "admissible prompt)")
 
     def run(self, X, Y, x_query, w0) -> torch.Tensor:
         """The query token's w slot after each block, (B, L + 1, D_N); [:, 0] is w0."""
