@@ -8,6 +8,7 @@ import tfbook.turing as tg
 from tfbook.claims import ClaimError, Claims
 from tfbook.layers import perturb
 from tfbook.turing.machine import CATALOG, CATALOG_SYMBOLS, last_writes
+from tfbook.turing import robustness as rb
 from tfbook.turing.robustness import certified_radius, circuit_readout_attack, identity_chain, readout_attack
 from tfbook.turing.sizes import l1_by_layer, l1_closed_form, lemma_bounds, w_tm
 
@@ -230,6 +231,66 @@ def test_readout_attack_flips_and_certified_bound_holds():
         with torch.no_grad():
             for p, d in zip(params, dirs):
                 p -= 0.999 * lower * d / norm
+
+
+def assert_certificate_survives_attack(net, X, radius):
+    """A gradient attack on all of theta at 0.99 x the claimed radius, from three starts, flips no input."""
+    sign = torch.sign(net(X))
+    params = [p for _, p in net.theta()]
+    for seed in range(3):
+        assert rb.pgd_flip(params, lambda: sign * net(X), 0.99 * radius, steps=100, seed=seed) is None
+
+
+def test_circuit_margin_bracket_certificate_survives_attack_and_inflated_certificate_is_caught():
+    net = tg.build_circuit_network(tg.random_circuit(8, 4, 6, seed=1))
+    X = tg.all_inputs(8)
+    lower = certified_radius(net, X)
+    assert_certificate_survives_attack(net, X, lower)
+    upper = rb.circuit_parameter_attack(net, X)
+    readout = float(circuit_readout_attack(net, X)[0].min())
+    assert lower < upper < readout / 5  # the gradient attack is far stronger than the read-out attack
+    lo, hi = rb.output_bounds(net, X, upper)  # a sound bound cannot prove every sign at a radius that flips one
+    assert not bool(torch.where(net(X) > 0, lo > 0, hi < 0).all())
+    with pytest.raises(AssertionError):  # a certificate inflated 8x is refuted by the attack
+        assert_certificate_survives_attack(net, X, 8 * lower)
+    with torch.no_grad():  # the certificate's case analysis needs the exact correction weights
+        net.layer("L1.round1").b_1[0] += 1e-3
+    with pytest.raises(ValueError, match="correction"):
+        certified_radius(net, X)
+
+
+def test_transformer_margin_bracket_correction_rows_and_certificate():
+    model = tg.build_transformer(tg.palindrome(), 12, device="cpu")
+    xs = tg.all_strings("01", 2)
+    rows, flipped = rb.correction_row_attack(model, xs)
+    assert bool(flipped.all())
+    assert float((rows / readout_attack(model, xs)[0]).max()) < 0.5
+    lower = rb.tm_certified_radius(model, xs, iters=8)
+    assert 0 < lower < float(rows.min())
+    lo, hi = rb.tm_output_bounds(model, xs, 0.0)
+    F = model.forward_trace(xs).F
+    assert torch.allclose(lo, F, rtol=0, atol=1e-12) and torch.allclose(hi, F, rtol=0, atol=1e-12)  # radius 0: the run
+    lo, hi = rb.tm_output_bounds(model, xs, float(rows.max()))  # every input flips there: no proof of its sign
+    assert not bool(torch.where(F > 0, lo > 0, hi < 0).any())
+    with torch.no_grad():
+        model.layer("E2.round").W_2[0, 0] += 1e-3
+    with pytest.raises(ValueError, match="E2.round"):
+        rb.tm_output_bounds(model, xs, 1e-3)
+
+
+def test_push_tolerance_falls_like_one_over_P():
+    counter = tg.counter()
+    scaled = []
+    for T in (12, 40):
+        model = tg.build_transformer(counter, T, device="cpu")
+        xs = ["", "1"]
+        eta = rb.push_tolerance(model, xs, [counter.run(x, T) for x in xs])
+        scaled.append(eta * model.P)
+    assert all(0.1 <= v <= 0.16 for v in scaled), scaled
+    with pytest.raises(ValueError, match="references"):
+        rb.push_tolerance(model, xs, [])
+    with pytest.raises(ValueError, match="radius"):
+        rb.pgd_flip([torch.zeros(2, dtype=F64)], lambda: torch.ones(1, dtype=F64), 0.0)
 
 
 def test_identity_chain_certified_margin_flat_with_correction_and_falling_without():

@@ -4,22 +4,32 @@
   targeted perturbation of the read-out parameters that moves F to 0 with the smallest l2 norm
   among read-out perturbations. Applied to the built model, it flips the prediction, so its norm is an
   **upper bound** on the margin rho.
-* `certified_radius` (circuit network): the largest r (by bisection) such that **every** parameter
-  perturbation of l2 norm <= r keeps the sign of F on the given inputs, proved by interval bound
-  propagation through the built layers: a **lower bound** on rho. Each row of a perturbed layer
-  changes its pre-activation by at most r sqrt(|h|^2 + 1); a correction layer is bounded per
-  coordinate by the case analysis of round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3), under which an
-  input error below 1/3 disappears (Definition D.1) and only the correction's own perturbation remains.
+* `correction_row_attack` (Turing-machine transformer): the two rows of the last correction that
+  compute the terminal-state bit, moved against each other; applied to the built model, an upper bound.
+* `pgd_flip`, `attacked_radius`, `circuit_parameter_attack`: projected gradient descent on a
+  perturbation of **all** of theta (l2 ball of a given radius), shrinking the radius while it still
+  flips an input; every radius reported was applied to the built model and flipped it: an upper bound.
+* `certified_radius` (circuit network) and `tm_certified_radius` (Turing-machine transformer): the
+  largest r (by bisection) such that **every** parameter perturbation of l2 norm <= r keeps the sign
+  of F on the given inputs, proved by interval bound propagation through the built layers: a **lower
+  bound** on rho. Each row of a perturbed layer changes its pre-activation by at most
+  r sqrt(|h|^2 + 1); a correction layer is bounded per coordinate by the case analysis of
+  round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3), under which an input error below 1/3 disappears
+  (Definition D.1) and only the correction's own perturbation remains. Hard attention keeps its
+  winner while the winner's score interval lies above every other key's; otherwise the output is
+  bounded by the hull of the values of every key that can still win (the transformer's score gap
+  of 1 is what keeps that set a single key).
 """
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from tfbook import validate
 from tfbook.device import DTYPE
+from tfbook.layers import perturb
 from tfbook.turing.circuits import CircuitNetwork
 from tfbook.turing.transformer import TMTransformer
 
@@ -72,6 +82,123 @@ def circuit_readout_attack(net: CircuitNetwork, X: torch.Tensor) -> tuple[torch.
     return radius, flipped
 
 
+def correction_row_attack(model: TMTransformer, xs: Sequence[str], **run) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per input: the radius sqrt(2) / (6 ||(h, 1)||) of moving the last correction's two rows for the terminal-state
+    bit c (h the correction's input at position T) by -+a (h, 1) / ||(h, 1)||, a = 1 / (6 ||(h, 1)||), which takes
+    round(z_c) = 3 relu(z_c - 1/3) - 3 relu(z_c - 2/3) from 1 to 0; and whether applying it to the built model
+    (then restoring the rows exactly) makes F <= 0 for an accepted input or >= 0 for a rejected one. The rows are
+    shared by every position, so only the run decides whether the prediction flips."""
+    trace = model.forward_trace(list(xs), record=True, **run)
+    last = model.layer_names[-1]
+    if not last.endswith(".round"):
+        raise ValueError(f"the model's last core layer must be a correction, got {last!r}")
+    h = trace.state(model.layer_names[-2])[:, -1]  # (B, w): the last correction's input at position T
+    o_T = trace.outputs[:, -1]
+    layer, w = model.layer(last), model.w
+    hn = torch.sqrt((h**2).sum(1) + 1)  # ||(h, 1)||
+    radius = math.sqrt(2) / (6 * hn)
+    flipped = torch.zeros(len(xs), dtype=torch.bool)
+    W, b = layer.W_1.detach().clone(), layer.b_1.detach().clone()
+    try:
+        for i, x in enumerate(xs):
+            on = torch.nonzero(o_T[i] * model.theta_cls.cpu() != 0).flatten()
+            if len(on) != 1:
+                raise ValueError(f"input {x!r}: o_T must hold exactly one terminal-state bit, got {len(on)}")
+            c = int(on[0])
+            a = 1 / (6 * float(hn[i]))
+            u = torch.cat([h[i], torch.ones(1, dtype=DTYPE)]).to(W.device) / float(hn[i])  # unit (h, 1)
+            with torch.no_grad():
+                layer.W_1[c] -= a * u[:-1]
+                layer.b_1[c] -= a * u[-1]
+                layer.W_1[w + c] += a * u[:-1]
+                layer.b_1[w + c] += a * u[-1]
+            F_new = float(model.forward_trace([x], **run).F[0])
+            with torch.no_grad():
+                layer.W_1.copy_(W)
+                layer.b_1.copy_(b)
+            flipped[i] = F_new * float(trace.F[i]) <= 1e-9 * abs(float(trace.F[i]))
+    finally:
+        with torch.no_grad():
+            layer.W_1.copy_(W)
+            layer.b_1.copy_(b)
+    return radius, flipped
+
+
+def _norm(tensors: Sequence[torch.Tensor]) -> float:
+    return math.sqrt(sum(float((t.detach() ** 2).sum()) for t in tensors))
+
+
+def pgd_flip(params: Sequence[torch.Tensor], signed_output: Callable[[], torch.Tensor], radius: float, steps: int = 40,
+             start: Optional[Sequence[torch.Tensor]] = None, seed: int = 0) -> Optional[list[torch.Tensor]]:
+    """Projected gradient descent for a perturbation delta of ``params`` with ||delta||_2 <= radius that makes some
+    entry of ``signed_output()`` (y - 1/2) F per input, computed by the model with its current parameters) <= 0.
+
+    Minimises a soft minimum over the inputs, normalised steps, projection onto the ball; starts from ``start`` or a
+    random point on the sphere. Returns the first delta whose run flips an input (that run *is* the check: the model
+    was evaluated with theta + delta), or None. ``params`` are restored exactly and stay frozen."""
+    radius = validate.real("radius", radius, low=0, low_open=True)
+    params = list(params)
+    originals = [p.detach().clone() for p in params]
+    if start is None:
+        gen = torch.Generator().manual_seed(validate.positive_int("seed", seed, 0))
+        start = [torch.randn(p.shape, generator=gen, dtype=DTYPE).to(p.device) for p in params]
+        start = [d * (radius / _norm(start)) for d in start]
+    delta = [d.detach().clone() for d in start]
+    for p in params:
+        p.requires_grad_(True)
+    try:
+        for step in range(steps):
+            with torch.no_grad():
+                for p, o, d in zip(params, originals, delta):
+                    p.copy_(o + d)
+            out = signed_output()
+            if float(out.detach().min()) <= 0:
+                return delta
+            loss = -torch.logsumexp(-20 * out, 0) / 20  # soft minimum of (y - 1/2) F over the inputs
+            grads = torch.autograd.grad(loss, params)
+            length = radius * (0.2 * (1 - step / steps) + 0.02) / (_norm(grads) or 1.0)
+            delta = [d - length * g for d, g in zip(delta, grads)]
+            n = _norm(delta)
+            if n > radius:
+                delta = [d * (radius / n) for d in delta]
+        return None
+    finally:
+        with torch.no_grad():
+            for p, o in zip(params, originals):
+                p.copy_(o)
+        for p in params:
+            p.requires_grad_(False)
+
+
+def attacked_radius(params: Sequence[torch.Tensor], signed_output: Callable[[], torch.Tensor], start_radius: float,
+                    seeds: Sequence[int] = (0, 1, 2), steps: int = 40, shrink: float = 0.85) -> float:
+    """An upper bound on min_x rho(theta, x, y): per seed, `pgd_flip` at ``start_radius``, then again at ``shrink``
+    times the norm of each flip found (warm-started from it) until an attack fails; the smallest norm that flipped
+    an input, over the seeds (inf if none did)."""
+    validate.real("shrink", shrink, low=0, low_open=True, high=1, high_open=True)
+    best = math.inf
+    for seed in seeds:
+        radius, start = validate.real("start_radius", start_radius, low=0, low_open=True), None
+        while True:
+            found = pgd_flip(params, signed_output, radius, steps, start, seed)
+            if found is None:
+                break
+            best = min(best, _norm(found))
+            radius, start = shrink * _norm(found), [shrink * d for d in found]
+    return best
+
+
+def circuit_parameter_attack(net: CircuitNetwork, X: torch.Tensor, inputs: int = 256, seeds: Sequence[int] = (0, 1, 2),
+                             start_radius: float = 0.2) -> float:
+    """`attacked_radius` over all of `CircuitNetwork.theta`, targeting ``inputs`` inputs of X drawn at random (seed 1):
+    an upper bound on min_x rho(theta, x, G(x)) over X."""
+    X = torch.as_tensor(X, dtype=DTYPE)
+    pick = torch.randperm(len(X), generator=torch.Generator().manual_seed(1))[:validate.positive_int("inputs", inputs)]
+    X = X[pick]
+    sign = torch.sign(net(X))
+    return attacked_radius([p for _, p in net.theta()], lambda: sign * net(X), start_radius, seeds)
+
+
 def _affine(lo: torch.Tensor, hi: torch.Tensor, W: torch.Tensor, b, r: float, perturbed: bool):
     """Bounds on W' h + b' over h in [lo, hi] and, when ``perturbed``, every (W', b') within r of (W, b) in l2."""
     c, d = (lo + hi) / 2, (hi - lo) / 2  # (batch, n)
@@ -108,6 +235,8 @@ def output_bounds(net: CircuitNetwork, X: torch.Tensor, r: float, correct: bool 
         name, layer = names[i], net.layer(names[i])
         if name.endswith(".round1"):
             if correct:
+                second = net.layer(names[i + 1])
+                _check_correction(name, layer.W_1, layer.b_1, second.W_1)
                 lo, hi = _round_bounds(lo, hi, r)
             i += 2
             continue
@@ -139,6 +268,146 @@ def certified_radius(net: CircuitNetwork, X: torch.Tensor, correct: bool = True,
         mid = (a + b) / 2
         a, b = (mid, b) if certified(mid) else (a, mid)
     return a
+
+
+def _check_correction(name: str, W_1: torch.Tensor, b_1: torch.Tensor, W_2: torch.Tensor) -> None:
+    """The certificate's case analysis holds for round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3) exactly."""
+    n = W_2.shape[0]
+    eye = torch.eye(n, dtype=DTYPE, device=W_1.device)
+    third = torch.full((n,), 1 / 3, dtype=DTYPE, device=W_1.device)
+    if not (W_1.shape == (2 * n, n) and torch.equal(W_1, torch.cat([eye, eye])) and b_1 is not None
+            and torch.equal(b_1, torch.cat([-third, -2 * third])) and torch.equal(W_2, torch.cat([3 * eye, -3 * eye], 1))):
+        raise ValueError(f"layer {name!r} is not the correction round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3); "
+                         "the certificate holds only for it")
+
+
+def _affine_heads(lo: torch.Tensor, hi: torch.Tensor, W: torch.Tensor, b, r: float):
+    """Bounds (B, h, m) on W' h + b' per head for h in [lo, hi] (B, D) and every row of (W', b') within r of (W, b)."""
+    c, d = (lo + hi) / 2, (hi - lo) / 2
+    mid = torch.einsum("bd,hmd->bhm", c, W) + (0 if b is None else b)
+    norm = torch.sqrt((torch.maximum(lo.abs(), hi.abs()) ** 2).sum(1) + 1)[:, None, None]
+    rad = torch.einsum("bd,hmd->bhm", d, W.abs()) + r * norm
+    return mid - rad, mid + rad
+
+
+def _hard_attention_bounds(layer, lo, hi, keys, values, present, r: float):
+    """Bounds on the residual hard-attention output for a query in [lo, hi] (B, D); ``keys`` and ``values`` are
+    interval pairs (B, h, m, n) of the keys and values, ``present`` (B, n) which keys exist. The null key and its
+    value (each within r) come first. Any key whose score can reach the winner's lowest score may be averaged in."""
+    ql, qh = _affine_heads(lo, hi, layer.W_Q, layer.b_Q, r)  # (B, h, m_qk)
+    B = lo.shape[0]
+    null = lambda t: t[None, :, :, None].expand(B, -1, -1, 1)  # noqa: E731  (h, m) -> (B, h, m, 1)
+    kl = torch.cat([null(layer.null_key) - r, keys[0]], -1)
+    kh = torch.cat([null(layer.null_key) + r, keys[1]], -1)
+    vl = torch.cat([null(layer.null_value) - r, values[0]], -1)
+    vh = torch.cat([null(layer.null_value) + r, values[1]], -1)
+    q_l, q_h = ql[..., None], qh[..., None]
+    products = torch.stack([q_l * kl, q_l * kh, q_h * kl, q_h * kh])
+    s_lo, s_hi = products.amin(0).sum(2), products.amax(0).sum(2)  # (B, h, 1 + n)
+    here = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=lo.device), present], 1)[:, None, :]  # (B, 1, 1 + n)
+    floor = s_lo.masked_fill(~here, -math.inf).amax(-1, keepdim=True)  # the winner scores at least this
+    can_win = (here & (s_hi >= floor))[:, :, None, :]  # (B, h, 1, 1 + n)
+    v_lo = vl.masked_fill(~can_win, math.inf).amin(-1)  # (B, h, m_v): any average of the keys that can win
+    v_hi = vh.masked_fill(~can_win, -math.inf).amax(-1)
+    W_O = layer.W_O  # (h, D, m_v), fixed wiring
+    c, d = (v_lo + v_hi) / 2, (v_hi - v_lo) / 2
+    mid = torch.einsum("bhv,hdv->bd", c, W_O)
+    rad = torch.einsum("bhv,hdv->bd", d, W_O.abs())
+    return lo + mid - rad, hi + mid + rad
+
+
+def tm_output_bounds(model: TMTransformer, xs: Sequence[str], r: float, horizon: Optional[int] = None):
+    """Sound bounds (lo, hi) (B,) on F(x, theta + delta) over every ||delta||_2 <= r, theta = `TMTransformer.theta`
+    (every core layer's weights but the fixed wiring, the encoder embedding E, h0 and theta_cls), with hard attention,
+    by interval propagation through every position t = 0..T exactly as `TMTransformer.forward_trace` runs."""
+    r = validate.real("r", r, low=0)
+    T = model.T if horizon is None else horizon
+    device = model.E.device
+    enc, mask = model.encode(list(xs), device, T)
+    pad = r * mask[..., None].to(DTYPE)
+    B = len(xs)
+    lo, hi = model.h0.expand(B, -1) - r, model.h0.expand(B, -1) + r  # (B, w)
+    cache: dict = {}
+    for t in range(T + 1):
+        if t > 0:
+            lo, hi = out_lo + model.beta(t, device), out_hi + model.beta(t, device)
+        for name, layer in model.named_layers():
+            if layer.kind == "attn":
+                k, v = _affine_heads(lo, hi, layer.W_K, layer.b_K, r), _affine_heads(lo, hi, layer.W_V, layer.b_V, r)
+                old = cache.get(name)
+                cache[name] = tuple(e[..., None] if old is None else torch.cat([o, e[..., None]], -1)
+                                    for o, e in zip(old or (None,) * 4, (*k, *v)))
+                kl, kh, vl, vh = cache[name]
+                lo, hi = _hard_attention_bounds(layer, lo, hi, (kl, kh), (vl, vh),
+                                                torch.ones(B, t + 1, dtype=torch.bool, device=device), r)
+            elif layer.kind == "xattn":
+                if name not in cache:
+                    M = enc.shape[1]
+                    flat_lo, flat_hi = (enc - pad).reshape(B * M, -1), (enc + pad).reshape(B * M, -1)
+                    parts = [_affine_heads(flat_lo, flat_hi, W, b_, r) for W, b_ in ((layer.W_K, layer.b_K),
+                                                                                    (layer.W_V, layer.b_V))]
+                    cache[name] = tuple(e.reshape(B, M, *e.shape[1:]).permute(0, 2, 3, 1) for pair in parts for e in pair)
+                kl, kh, vl, vh = cache[name]
+                lo, hi = _hard_attention_bounds(layer, lo, hi, (kl, kh), (vl, vh), mask, r)
+            elif name.endswith(".round"):
+                _check_correction(name, layer.W_1, layer.b_1, layer.W_2)
+                lo, hi = _round_bounds(lo, hi, r)
+            else:  # a work layer relu(W_1 h + b_1), written through the fixed identity W_2
+                lo, hi = _affine(lo, hi, layer.W_1, layer.b_1, r, True)
+                lo, hi = _affine(torch.relu(lo), torch.relu(hi), layer.W_2, layer.b_2, r, False)
+        out_lo, out_hi = lo, hi
+    theta = model.theta_cls
+    c, d = (out_lo + out_hi) / 2, (out_hi - out_lo) / 2
+    norm = torch.sqrt((torch.maximum(out_lo.abs(), out_hi.abs()) ** 2).sum(1))
+    mid, rad = c @ theta, d @ theta.abs() + r * norm
+    return (mid - rad).cpu(), (mid + rad).cpu()
+
+
+def tm_certified_radius(model: TMTransformer, xs: Sequence[str], hi: float = 0.1, iters: int = 12,
+                        horizon: Optional[int] = None) -> float:
+    """The largest r (bisection on [0, hi]) for which `tm_output_bounds` proves the sign of F on every input of xs:
+    a lower bound on min_x rho(theta, x, G(x)) for the hard-attention transformer."""
+    validate.real("hi", hi, low=0, low_open=True)
+    F = model.forward_trace(list(xs), horizon=horizon).F
+    sign = torch.sign(F)
+    if bool((sign == 0).any()):
+        return 0.0
+
+    def certified(r: float) -> bool:
+        lo_, hi_ = tm_output_bounds(model, xs, r, horizon)
+        return bool(torch.where(sign > 0, lo_ > 0, hi_ < 0).all())
+
+    a, b = 0.0, hi
+    if certified(b):
+        return b
+    for _ in range(validate.positive_int("iters", iters)):
+        mid = (a + b) / 2
+        a, b = (mid, b) if certified(mid) else (a, mid)
+    return a
+
+
+def push_tolerance(model: TMTransformer, xs: Sequence[str], references: Sequence, names: Sequence[str] = ("*.round",),
+                   hi: float = 1 / 3, iters: int = 12, **run) -> float:
+    """The smallest eta (bisection on [0, hi], to hi / 2^iters) at which pushing every coordinate of the selected core
+    layers' outputs a distance eta towards 1/2 (the worst direction for a bit), at every position, makes some run of
+    ``xs`` differ from its reference run (`RunResult.same_as`); ``hi`` if none differs at hi."""
+    references = list(references)
+    if len(references) != len(xs):
+        raise ValueError(f"references must hold one run per input ({len(xs)}), got {len(references)}")
+    validate.real("hi", hi, low=0, low_open=True)
+
+    def differs(eta: float) -> bool:
+        push = lambda layer, U: U + eta * (1 - 2 * U.round())  # noqa: E731
+        with perturb(fn=push, names=list(names)):
+            return any(not got.same_as(ref) for got, ref in zip(model.run_batch(list(xs), **run), references))
+
+    if not differs(hi):
+        return hi
+    a, b = 0.0, hi
+    for _ in range(validate.positive_int("iters", iters)):
+        mid = (a + b) / 2
+        a, b = (a, mid) if differs(mid) else (mid, b)
+    return b
 
 
 def identity_chain(num_inputs: int, depth: int):
