@@ -183,6 +183,40 @@ def test_perturbed_core_breaks_every_check():
                 check(cl.Claims("perturbed"))
 
 
+def test_single_layer_mutation_sweep_is_noticed_layer_by_layer():
+    """Every core layer scaled alone by 1 +- 1e-3 breaks a check: the closed-form approximant check notices the late
+    sawtooth layers (4 of the 20 escape Props 1-3 and Theorem 1, whose bounds leave room)."""
+    coeffs, model, bound = _mutant_setting()
+    X = verify.candidate_inputs(model, 16, 0)["random"]
+    checks.approximant(cl.Claims("intact"), model, X)
+    escaped_bounds = []
+    for layer in model.layers:
+        for scale in (1 + 1e-3, 1 - 1e-3):
+            with perturb(scale=scale, names=[layer.name]):
+                with pytest.raises(cl.ClaimError, match="closed-form"):
+                    checks.approximant(cl.Claims("mutant"), model, X)
+                try:
+                    checks.prop1(cl.Claims("m"), model, X)
+                    checks.prop2(cl.Claims("m"), model, X)
+                    checks.prop3(cl.Claims("m"), model, [X])
+                    checks.theorem1(cl.Claims("m"), model, coeffs, "Ex 1", bound, n_random=16, ascent_steps=0)
+                    escaped_bounds.append(layer.name)
+                except cl.ClaimError:
+                    pass
+    assert 0 < len(escaped_bounds) < 2 * len(model.layers)  # the bounds alone miss some layers (the point of the sweep)
+
+
+def test_closed_form_square_is_the_grid_interpolant():
+    from tfbook.colsym.approximant import interpolated_square
+    x = torch.linspace(0, 1, 1025, dtype=F64)
+    for m in (1, 3, 10):
+        f = interpolated_square(x, m)
+        grid = torch.arange(2**m + 1, dtype=F64) / 2**m
+        assert torch.allclose(interpolated_square(grid, m), grid**2, rtol=0, atol=1e-15)  # exact at the nodes
+        err = f - x**2
+        assert float(err.min()) >= -1e-15 and float(err.max()) <= 4.0 ** -(m + 1) + 1e-15  # Lemma 1's delta
+
+
 def test_check_kinds_formulas_and_trivial_scales():
     coeffs, model, bound = _mutant_setting()
     X = verify.candidate_inputs(model, 16, 0)["random"]

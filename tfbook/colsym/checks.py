@@ -15,11 +15,13 @@ import torch
 
 from tfbook import claims as cl
 from tfbook.colsym.algebra import Key, column_monomial, enumerate_multi_indices, max_value, msp
+from tfbook.colsym.approximant import approximant_values
 from tfbook.colsym.bounds import (paper_depth, paper_heads, paper_width, prop1_attention_layers, prop1_depth,
                                   prop1_width, prop2_query_key_weight, recursive_error_bound, sup_norm)
 from tfbook.colsym.construction import ColsymTransformer
 from tfbook.colsym.squaring import product_error
 from tfbook.colsym.verify import sup_error
+from tfbook.layers import perturb
 
 TIGHT = 1e-9  # relative slack on bounds that are attained exactly (rounding of the measured error)
 
@@ -127,6 +129,48 @@ def prop3(claims: cl.Claims, model: ColsymTransformer, inputs: Sequence[torch.Te
         # trivial scale: a model that outputs nothing errs by P_T(1); the least P_T(1) / (4) is the worst case
         claims.check("Prop 3", statement, measured, 1 + TIGHT, trivial=min(m / b for _, b, m in claimed))
     return rows
+
+
+def approximant(claims: cl.Claims, model: ColsymTransformer, X: torch.Tensor) -> float:
+    """Every m~_alpha after TF_0 and every P~_T equal to the closed-form approximants of the recipe
+    (`tfbook.colsym.approximant`), relative to n^r, to 1e-13: the error bounds of Props 1-3 leave room that a
+    change of one late sawtooth layer does not use up; this does not. Returns the largest relative difference."""
+    mono, P = approximant_values(model, X)
+    H0 = model.stream(X, upto=model.attention_block)  # (batch, n, D): the output of TF_0
+    worst = max([float((model.read(H0, f"m{alpha}.psi")[..., 0] - v).abs().max()) for alpha, v in mono.items()],
+                default=0.0)
+    values = model.msp_values(X)
+    worst = max([worst] + [float((values[T] - v).abs().max()) / model.n ** len(T) for T, v in P.items()])
+    claims.check("Props 1-3", "m~_alpha after TF_0 and every P~_T = the recipe's closed-form approximants (f_Lk = "
+                 "interpolant of x^2 on the grid 2^-Lk; max |difference| / n^r)", worst, 1e-13, roundoff=True)
+    return worst
+
+
+def _notices(run) -> bool:
+    """Whether ``run(claims)`` fails a claim (raised, or recorded as failing when claims only record)."""
+    scratch = cl.Claims("one layer changed")
+    try:
+        run(scratch)
+    except cl.ClaimError:
+        return True
+    return not scratch.all_hold()
+
+
+def single_layer_sweep(model: ColsymTransformer, X: torch.Tensor,
+                       scales: Sequence[float] = (1 + 1e-3, 1 - 1e-3)) -> dict[str, list[str]]:
+    """Scale one core layer's update at a time (`tfbook.layers.perturb`) and run two families of checks on X: the
+    bounds of Props 1-3 and the closed-form `approximant`. Returns, per family, the changes it did not notice
+    ("layer x scale"); the trials are len(model.layers) * len(scales)."""
+    families = {"bounds of Props 1-3": lambda c: (prop1(c, model, X), prop2(c, model, X), prop3(c, model, [X])),
+                "closed-form approximants": lambda c: approximant(c, model, X)}
+    missed: dict[str, list[str]] = {name: [] for name in families}
+    for layer in model.layers:
+        for scale in scales:
+            with perturb(scale=scale, names=[layer.name]):
+                for name, run in families.items():
+                    if not _notices(run):
+                        missed[name].append(f"{layer.name} x {scale}")
+    return missed
 
 
 def theorem1(claims: cl.Claims, model: ColsymTransformer, coeffs: Mapping[Key, float], label: str,

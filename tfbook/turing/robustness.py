@@ -386,28 +386,44 @@ def tm_certified_radius(model: TMTransformer, xs: Sequence[str], hi: float = 0.1
     return a
 
 
-def push_tolerance(model: TMTransformer, xs: Sequence[str], references: Sequence, names: Sequence[str] = ("*.round",),
-                   hi: float = 1 / 3, iters: int = 12, **run) -> float:
+def smallest_breaking_push(changed: Callable[[], bool], names: Sequence[str], hi: float = 1 / 3, iters: int = 12) -> float:
     """The smallest eta (bisection on [0, hi], to hi / 2^iters) at which pushing every coordinate of the selected core
-    layers' outputs a distance eta towards 1/2 (the worst direction for a bit), at every position, makes some run of
-    ``xs`` differ from its reference run (`RunResult.same_as`); ``hi`` if none differs at hi."""
-    references = list(references)
-    if len(references) != len(xs):
-        raise ValueError(f"references must hold one run per input ({len(xs)}), got {len(references)}")
+    layers' outputs a distance eta towards 1/2 (the worst direction for a bit), wherever they run, makes ``changed()``
+    true; ``hi`` if it is false at hi."""
     validate.real("hi", hi, low=0, low_open=True)
 
-    def differs(eta: float) -> bool:
+    def breaks(eta: float) -> bool:
         push = lambda layer, U: U + eta * (1 - 2 * U.round())  # noqa: E731
         with perturb(fn=push, names=list(names)):
-            return any(not got.same_as(ref) for got, ref in zip(model.run_batch(list(xs), **run), references))
+            return bool(changed())
 
-    if not differs(hi):
+    if not breaks(hi):
         return hi
     a, b = 0.0, hi
     for _ in range(validate.positive_int("iters", iters)):
         mid = (a + b) / 2
-        a, b = (a, mid) if differs(mid) else (mid, b)
+        a, b = (a, mid) if breaks(mid) else (mid, b)
     return b
+
+
+def push_tolerance(model: TMTransformer, xs: Sequence[str], references: Sequence, names: Sequence[str] = ("*.round",),
+                   hi: float = 1 / 3, iters: int = 12, **run) -> float:
+    """`smallest_breaking_push` for the Turing-machine transformer: the push (after every correction, by default)
+    at which some run of ``xs`` differs from its reference run (`RunResult.same_as`)."""
+    references = list(references)
+    if len(references) != len(xs):
+        raise ValueError(f"references must hold one run per input ({len(xs)}), got {len(references)}")
+    return smallest_breaking_push(
+        lambda: any(not got.same_as(ref) for got, ref in zip(model.run_batch(list(xs), **run), references)),
+        names, hi, iters)
+
+
+def circuit_push_tolerance(net: CircuitNetwork, X: torch.Tensor, names: Sequence[str] = ("*.round2",),
+                           hi: float = 1 / 3, iters: int = 12) -> float:
+    """`smallest_breaking_push` for a circuit network: the push (after every correction, by default) at which the
+    prediction (sign of F) of some input of X changes."""
+    clean = torch.sign(net(X))
+    return smallest_breaking_push(lambda: bool((torch.sign(net(X)) != clean).any()), names, hi, iters)
 
 
 def identity_chain(num_inputs: int, depth: int):
