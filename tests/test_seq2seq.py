@@ -93,6 +93,31 @@ def test_approximator_error_and_size_scaling():
     assert w1 <= 4 * w0 and l1 <= 10 * l0 and n1 <= 20 * n0 and l1 > l0
 
 
+def approximator_accuracy(T: int) -> float:
+    """sup |F^ - f_T| / tol on 200 random inputs (both boundaries) for notebook 05's target, tol = 2^-T / 4."""
+    import tfbook.seq2seq as s2s
+    a, kind, coords = (1.0, 3.0), "mixed", [(0, 0), (0, 2)]
+    full = s2s.unit_ball_coeffs(a, kind, 10, seed=3)
+    fT = {r: c for r, c in full.items() if s2s.gamma([s2s.frequency_block(v) for v in r], a, kind) < T}
+    tol = 2.0**-T / 4
+    model = build_approximator(coords, fT, 1, 2, tol)
+    X = torch.rand(200, 1, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    return max(float((model(X, boundary=b)[:, 0] - trig_eval(fT, extract_reference(X, coords, b).transpose(1, 2))).abs().max())
+               for b in ("circular", "zero")) / tol
+
+
+def test_approximator_accuracy_bracket_catches_a_coarser_ffn(monkeypatch):
+    """The network's own error is 2-6 % of tol (the notebook's bracket [0.005, 0.08]); an FFN built for 16 x its
+    error budget leaves the bracket, although it still meets the theorem's tol."""
+    intact = [approximator_accuracy(T) for T in (4, 6)]
+    assert all(0.005 <= r <= 0.08 for r in intact), intact
+    import tfbook.seq2seq.models as models
+    original = models.trig_network
+    monkeypatch.setattr(models, "trig_network", lambda c, H, tol, pre=None: original(c, H, 16 * tol, pre=pre))
+    coarse = [approximator_accuracy(T) for T in (4, 6)]
+    assert all(0.08 < r <= 1.0 for r in coarse), coarse
+
+
 def test_approximator_width_formula_full_truncation():
     a, kind, T = (1.0, 2.0), "mixed", 3.0
     coeffs = {}
