@@ -156,6 +156,22 @@ def test_record_mode_records_failures_to_the_sink(monkeypatch, tmp_path):
         c.check("Thm 3", "x", 1.0, 2.0)
 
 
+def test_scratch_claims_stay_out_of_the_sink(monkeypatch, tmp_path):
+    sink = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(cl.MODE_ENV, "record")
+    monkeypatch.setenv(cl.SINK_ENV, str(sink))
+    mutant = cl.Claims("mutant", scratch=True)
+    mutant.check("Thm 1", "fails on a broken model", 3.0, 2.0)
+    assert not mutant.all_hold() and not sink.exists()
+    cl.Claims("chapter").check("Thm 1", "holds", 1.0, 2.0)
+    assert [json.loads(line)["title"] for line in sink.read_text().splitlines()] == ["chapter"]
+    monkeypatch.delenv(cl.MODE_ENV)
+    with pytest.raises(cl.ClaimError):  # outside record-only mode a scratch claim raises like any other
+        cl.Claims("mutant", scratch=True).check("Thm 1", "fails", 3.0, 2.0)
+    with pytest.raises(ValueError, match="scratch"):
+        cl.Claims("t", scratch="yes")
+
+
 def test_integral_values_print_alike_whatever_the_last_bit():
     assert cl.fmt(2.0) == cl.fmt(1.9999999999999998) == cl.fmt(2.0000000000000004) == "2"
     assert cl.fmt(1.9996) == "2.00" and cl.fmt(0.0) == "0" and cl.fmt(1e-10) == "1.00e-10"

@@ -304,10 +304,15 @@ def _wrap(text: str, width: int) -> list[str]:
 class Claims:
     """A chapter's list of executed claims, displayed as one table."""
 
-    def __init__(self, title: str):
+    def __init__(self, title: str, scratch: bool = False):
+        """``scratch=True``: claims about a deliberately changed model (a mutation shown inside a notebook);
+        they are never appended to the record-only sink, so reports and the claims audit count only the
+        chapter's own claims. Read their outcome with `all_hold` (record-only mode raises nothing)."""
         if not isinstance(title, str) or not title:
             raise ValueError(f"title must be a non-empty str, got {title!r}")
-        self.title = title
+        if not isinstance(scratch, bool):
+            raise ValueError(f"scratch must be a bool, got {scratch!r}")
+        self.title, self.scratch = title, scratch
         self.items: list[Claim] = []
 
     def check(
@@ -361,7 +366,7 @@ class Claims:
         self.items.append(claim)
         recording = mode() == "record"
         if recording:
-            sink = os.environ.get(SINK_ENV)
+            sink = None if self.scratch else os.environ.get(SINK_ENV)
             if sink:
                 with open(sink, "a", encoding="utf-8") as f:
                     f.write(json.dumps({"title": self.title, **asdict(claim), "raw_measured": repr(measured)}) + "\n")
