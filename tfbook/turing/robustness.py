@@ -247,27 +247,40 @@ def output_bounds(net: CircuitNetwork, X: torch.Tensor, r: float, correct: bool 
     return lo[:, 0], hi[:, 0]
 
 
-def certified_radius(net: CircuitNetwork, X: torch.Tensor, correct: bool = True, hi: float = 1.0,
-                     iters: int = 30) -> float:
-    """The largest r (bisection on [0, hi]) for which `output_bounds` proves the sign of F on every input of X:
-    a lower bound on min_x rho(theta, x, G(x))."""
-    validate.real("hi", hi, low=0, low_open=True)
-    F = net(X, correct=correct)
+def _bisect(below: Callable[[float], bool], hi: float, iters: int) -> tuple[float, float]:
+    """(a, b) around the threshold of a predicate that holds below it: below(a) (or a = 0), not below(b),
+    b - a = hi / 2^iters; (hi, hi) when below(hi)."""
+    hi = validate.real("hi", hi, low=0, low_open=True)
+    if below(hi):
+        return hi, hi
+    a, b = 0.0, hi
+    for _ in range(validate.positive_int("iters", iters)):
+        mid = (a + b) / 2
+        a, b = (mid, b) if below(mid) else (a, mid)
+    return a, b
+
+
+def _largest_certified(F: torch.Tensor, bounds: Callable[[float], tuple[torch.Tensor, torch.Tensor]], hi: float,
+                       iters: int) -> float:
+    """The largest r (bisection on [0, hi]) at which ``bounds(r)`` = (lo, hi) proves the sign of every entry of F
+    (0 when some F is 0)."""
     sign = torch.sign(F)
     if bool((sign == 0).any()):
         return 0.0
 
     def certified(r: float) -> bool:
-        lo_, hi_ = output_bounds(net, X, r, correct)
+        lo_, hi_ = bounds(r)
         return bool(torch.where(sign > 0, lo_ > 0, hi_ < 0).all())
 
-    a, b = 0.0, hi
-    if certified(b):
-        return b
-    for _ in range(iters):
-        mid = (a + b) / 2
-        a, b = (mid, b) if certified(mid) else (a, mid)
-    return a
+    return _bisect(certified, hi, iters)[0]
+
+
+def certified_radius(net: CircuitNetwork, X: torch.Tensor, correct: bool = True, hi: float = 1.0,
+                     iters: int = 30) -> float:
+    """The largest r (bisection on [0, hi]) for which `output_bounds` proves the sign of F on every input of X:
+    a lower bound on min_x rho(theta, x, G(x))."""
+    validate.real("hi", hi, low=0, low_open=True)
+    return _largest_certified(net(X, correct=correct), lambda r: output_bounds(net, X, r, correct), hi, iters)
 
 
 def _check_correction(name: str, W_1: torch.Tensor, b_1: torch.Tensor, W_2: torch.Tensor) -> None:
@@ -368,42 +381,20 @@ def tm_certified_radius(model: TMTransformer, xs: Sequence[str], hi: float = 0.1
     """The largest r (bisection on [0, hi]) for which `tm_output_bounds` proves the sign of F on every input of xs:
     a lower bound on min_x rho(theta, x, G(x)) for the hard-attention transformer."""
     validate.real("hi", hi, low=0, low_open=True)
-    F = model.forward_trace(list(xs), horizon=horizon).F
-    sign = torch.sign(F)
-    if bool((sign == 0).any()):
-        return 0.0
-
-    def certified(r: float) -> bool:
-        lo_, hi_ = tm_output_bounds(model, xs, r, horizon)
-        return bool(torch.where(sign > 0, lo_ > 0, hi_ < 0).all())
-
-    a, b = 0.0, hi
-    if certified(b):
-        return b
-    for _ in range(validate.positive_int("iters", iters)):
-        mid = (a + b) / 2
-        a, b = (mid, b) if certified(mid) else (a, mid)
-    return a
+    return _largest_certified(model.forward_trace(list(xs), horizon=horizon).F,
+                              lambda r: tm_output_bounds(model, xs, r, horizon), hi, iters)
 
 
 def smallest_breaking_push(changed: Callable[[], bool], names: Sequence[str], hi: float = 1 / 3, iters: int = 12) -> float:
     """The smallest eta (bisection on [0, hi], to hi / 2^iters) at which pushing every coordinate of the selected core
     layers' outputs a distance eta towards 1/2 (the worst direction for a bit), wherever they run, makes ``changed()``
     true; ``hi`` if it is false at hi."""
-    validate.real("hi", hi, low=0, low_open=True)
-
     def breaks(eta: float) -> bool:
         push = lambda layer, U: U + eta * (1 - 2 * U.round())  # noqa: E731
         with perturb(fn=push, names=list(names)):
             return bool(changed())
 
-    if not breaks(hi):
-        return hi
-    a, b = 0.0, hi
-    for _ in range(validate.positive_int("iters", iters)):
-        mid = (a + b) / 2
-        a, b = (a, mid) if breaks(mid) else (mid, b)
-    return b
+    return _bisect(lambda eta: not breaks(eta), hi, iters)[1]
 
 
 def push_tolerance(model: TMTransformer, xs: Sequence[str], references: Sequence, names: Sequence[str] = ("*.round",),
