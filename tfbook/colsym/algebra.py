@@ -100,7 +100,8 @@ def lemma3_terms(T: Key) -> tuple[Key, MultiIndex, list[Key]]:
     return T_minus, last, T_js
 
 
-def _as_batch(X: torch.Tensor) -> torch.Tensor:
+def as_batch(X: torch.Tensor) -> torch.Tensor:
+    """X as a float64 batch (batch, d, n); a single input (d, n) becomes a batch of one."""
     X = torch.as_tensor(X, dtype=DTYPE)
     if X.ndim == 2:
         X = X.unsqueeze(0)
@@ -117,7 +118,7 @@ def column_monomial(X: torch.Tensor, alpha: MultiIndex) -> torch.Tensor:
 
 def msp_bruteforce(T: Key, X: torch.Tensor) -> torch.Tensor:
     """P_T by summing over all ordered tuples of distinct columns (cost n^r: small n only)."""
-    X = _as_batch(X)
+    X = as_batch(X)
     n, r = X.shape[-1], len(T)
     total = torch.zeros(X.shape[0], dtype=DTYPE, device=X.device)
     if r > n:
@@ -145,7 +146,7 @@ def msp_partition(T: Key, X: torch.Tensor) -> torch.Tensor:
     P_T = sum_{partitions pi} prod_{B in pi} (-1)^{|B|-1} (|B|-1)! * p_{sum_{j in B} alpha_j}(X),
     with power sums p_beta(X) = sum_i x_i^beta.
     """
-    X = _as_batch(X)
+    X = as_batch(X)
     total = torch.zeros(X.shape[0], dtype=DTYPE, device=X.device)
     for partition in _set_partitions(list(range(len(T)))):
         term = torch.ones_like(total)
@@ -170,7 +171,7 @@ def msp_symbolic(T: Key, columns: Sequence[Sequence]) -> "sympy.Expr":
 
 def msp(T: Iterable[Sequence[int]], X: torch.Tensor) -> torch.Tensor:
     """P_T(X) for X of shape (d, n) or (batch, d, n): brute force when n^r is small, else partitions."""
-    X = _as_batch(X)
+    X = as_batch(X)
     key = canonical(T, X.shape[1]) if len(tuple(T)) else ()
     if key == ():
         return torch.ones(X.shape[0], dtype=DTYPE, device=X.device)
@@ -180,7 +181,7 @@ def msp(T: Iterable[Sequence[int]], X: torch.Tensor) -> torch.Tensor:
 
 def evaluate(coeffs: Mapping[Key, float], X: torch.Tensor) -> torch.Tensor:
     """f(X) = coeffs[()] + sum_T coeffs[T] P_T(X), exactly (reference for the construction)."""
-    X = _as_batch(X)
+    X = as_batch(X)
     total = torch.zeros(X.shape[0], dtype=DTYPE, device=X.device)
     for T, c in coeffs.items():
         total = total + float(c) * msp(T, X)

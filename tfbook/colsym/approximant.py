@@ -20,7 +20,7 @@ import torch
 from tfbook.colsym.algebra import Key, column_monomial, enumerate_multi_indices, lemma3_terms
 from tfbook.colsym.bounds import falling_factorial
 from tfbook.colsym.construction import ColsymTransformer
-from tfbook.colsym.algebra import _as_batch
+from tfbook.colsym.algebra import as_batch
 
 
 def interpolated_square(x: torch.Tensor, m: int) -> torch.Tensor:
@@ -38,7 +38,7 @@ def product(u: torch.Tensor, v: torch.Tensor, m: int) -> torch.Tensor:
 
 def approximant_values(model: ColsymTransformer, X: torch.Tensor) -> tuple[dict, dict[Key, torch.Tensor]]:
     """({alpha: m~_alpha (batch, n)} for 2 <= |alpha| <= s, {T: P~_T (batch,)} for every key of the model)."""
-    X = _as_batch(X)
+    X = as_batch(X)
     m = model.L * model.k
     mono = {a: column_monomial(X, a) for a in enumerate_multi_indices(model.d, 1)}
     for alpha in (a for a in enumerate_multi_indices(model.d, model.s) if sum(a) >= 2):

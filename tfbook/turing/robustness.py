@@ -9,6 +9,8 @@
 * `pgd_flip`, `attacked_radius`, `circuit_parameter_attack`: projected gradient descent on a
   perturbation of **all** of theta (l2 ball of a given radius), shrinking the radius while it still
   flips an input; every radius reported was applied to the built model and flipped it: an upper bound.
+* `noise_flip_fraction` (circuit network): the fraction of inputs whose prediction flips under uniform
+  noise on the selected layers' outputs, averaged over several draws (random, not worst-case, noise).
 * `certified_radius` (circuit network) and `tm_certified_radius` (Turing-machine transformer): the
   largest r (by bisection) such that **every** parameter perturbation of l2 norm <= r keeps the sign
   of F on the given inputs, proved by interval bound propagation through the built layers: a **lower
@@ -415,6 +417,20 @@ def circuit_push_tolerance(net: CircuitNetwork, X: torch.Tensor, names: Sequence
     prediction (sign of F) of some input of X changes."""
     clean = torch.sign(net(X))
     return smallest_breaking_push(lambda: bool((torch.sign(net(X)) != clean).any()), names, hi, iters)
+
+
+def noise_flip_fraction(net: CircuitNetwork, X: torch.Tensor, eta: float, names: Optional[Sequence[str]] = None,
+                        correct: bool = True, seeds: Sequence[int] = (1, 2, 3)) -> float:
+    """Fraction of the inputs X whose prediction (sign of F) flips when uniform noise in [-eta, eta] is added
+    to the outputs of the layers `names` (every layer when None), averaged over one draw per seed."""
+    if not seeds:
+        raise ValueError("seeds must name at least one noise draw")
+    clean = torch.sign(net(X, correct=correct))
+    total = 0.0
+    for seed in seeds:
+        with perturb(add=eta, names=names, seed=seed):
+            total += float((torch.sign(net(X, correct=correct)) != clean).double().mean())
+    return total / len(seeds)
 
 
 def identity_chain(num_inputs: int, depth: int):
