@@ -172,6 +172,39 @@ def test_transformer_matches_expansion_within_bound(N, l, d, m, m_q, gamma):
     assert sizes["B"] >= (max(1.0, gamma) if l > 1 else 1.0)
 
 
+@pytest.mark.parametrize("level", [20, 40, 52])
+def test_the_position_gate_is_exact_at_every_level(level):
+    # l = 1, m = 1: the bound is 0 and the network is exact; the one-layer gate relu(x + e_i - 1) rounded x + 1
+    # and 2^k multiplied the lost bits (|T - g| = 1.2e-10 at k = 20, 1.2e-4 at k = 40, 0.27 at k = 52)
+    gen = torch.Generator().manual_seed(level)
+    k = torch.full((3, 1, 1), level)
+    j = torch.randint(0, 2**level - 1, (3, 1, 1), generator=gen)
+    c = torch.tensor([1.0, -0.5, 2.0], dtype=DTYPE)
+    X = torch.cat([bv.support_samples(k, j, 1, 30, seed=1), torch.rand(30, 1, 1, dtype=DTYPE, generator=gen)])
+    model = bv.build_transformer(k, j, c, 1, 3, 1.0)
+    g = bv.expansion(X, k, j, c, 1)
+    assert float(g.abs().max()) > 0.5  # the samples meet the atoms' supports
+    assert torch.equal(model(X), g) and bv.error_bound(c, 1, 1, 1, 3, 1.0) == 0.0
+    # l = 2 with a tight bound (gamma = 60, m_q = 20: 2.7e-12): the rounding of the gate used to exceed it from k = 8
+    k2 = torch.full((3, 2, 1), level)
+    j2 = torch.randint(0, 2**level - 1, (3, 2, 1), generator=gen)
+    X2 = torch.cat([bv.support_samples(k2, j2, 1, 20, seed=2), torch.rand(20, 2, 1, dtype=DTYPE, generator=gen)])
+    err = float((bv.build_transformer(k2, j2, c, 1, 20, 60.0)(X2) - bv.expansion(X2, k2, j2, c, 1)).abs().max())
+    assert err <= bv.error_bound(c, 2, 1, 1, 20, 60.0)
+
+
+def test_complement_slots_beyond_the_free_scratch_widen_the_stream():
+    # N = 1 atom with m = d = 1 has w - d = 8 free scratch slots: l = 12 and 30 positions need 4 and 22 more
+    for l in (8, 12, 30):
+        k, j, c = bv.random_atoms(1, l, 1, 1, 3, seed=l)
+        model = bv.build_transformer(k, j, c, 1, 4, 8.0)
+        sizes = model.sizes()
+        assert {key: sizes[key] for key in "LTEWH"} == bv.transformer_sizes(1, l, 1, 1, 4)
+        assert sizes["W"] == 9 + 1 + l + 1 + max(0, l - 8)  # w N + d + l + 1, plus the missing complement slots
+        X = torch.cat([bv.support_samples(k, j, 1, 20, seed=1), torch.rand(20, l, 1, dtype=DTYPE)])
+        assert float((model(X) - bv.expansion(X, k, j, c, 1)).abs().max()) <= bv.error_bound(c, l, 1, 1, 4, 8.0)
+
+
 def test_transformer_layers_follow_the_paper_class():
     k, j, c = bv.random_atoms(4, 6, 1, 1, 2, seed=3)
     model = bv.build_transformer(k, j, c, 1, 4, 7.0)

@@ -2,11 +2,16 @@
 
 Stream of every token (width W = w N + d + l + 1): x_i (d), the one-hot position e_i (l), ``out``, and per
 atom n the slots of the B-spline recipe (`program.spline_scratch`), 3 num_saw(m, d) sawtooth slots and the
-partner slot Z_n. The same (token-wise) feed-forward weights act on every token; only the first layer
-sees the position, through the exact gates relu(x_c + e_i - 1) = e_i x_c:
+partner slot Z_n. The same (token-wise) feed-forward weights act on every token; only the first two layers
+see the position, through gates e_i x_c that are exact in floating point:
 
-1. ``feat``: u_{n,c} = sum_i 2^{k[n,i,c]} relu(x_c + e_i - 1) - sum_i j[n,i,c] e_i, so token i holds
-   u = 2^{k[n,i,c]} x_ic - j[n,i,c];
+0. ``pos``: the complement code e_i - 1 = -relu(1 - e_i), written into l scratch slots that are still free
+   (the spline's; only when N (w - d) < l does the stream grow by the missing slots);
+1. ``feat``: u_{n,c} = sum_i 2^{k[n,i,c]} relu(x_c + (e_i - 1)) - sum_i j[n,i,c] e_i, so token i holds
+   u = 2^{k[n,i,c]} x_ic - j[n,i,c]; the gate's pre-activation has two non-zero terms, x_c + 0 = x_c exactly
+   or x_c - 1 <= 0, so the gate is exact (the one-layer gate relu(x_c + e_i - 1) rounds x_c + 1 and loses
+   the bits of x_c below 2^-53, an error that 2^k multiplies: 0.27 at k = 52); ``feat`` also clears the
+   complement slots;
 2. ``spline.*``: A_n = prod_c N_m(u_{n,c}) by Lemma 5's recipe (`program.emit_spline`);
 3. rounds t = 1..ceil(log2 l): one softmax head whose logits are gamma B^(t)_ij (query e_i, key gamma B e_j):
    token i = 0 mod 2^t looks at p = i + 2^(t-1) < l, so Z_n ~ A_n(p); a positional gate sets Z_n = 1 at
@@ -68,13 +73,19 @@ class BesovTransformer(BesovConstruction):
         slots = {name: st.alloc(name, shape) for name, shape in spline_scratch((N,), m, d).items()}
         saw = st.alloc("saw", (N, num_saw(m, d), 3))
         Z = st.alloc("partner", (N,))
+        free = np.concatenate([a.ravel() for a in slots.values()] + [saw.ravel(), Z.ravel()])
+        comp = np.concatenate([free, st.alloc("complement", (max(0, l - len(free)),)).ravel()])[:l]
         D = st.dim
         prog: list = []
-        feat = FFLayer(D)  # u = sum_i 2^k relu(x_c + e_i - 1) - sum_i j e_i
+        pos = FFLayer(D)  # complement code: comp_i = -relu(1 - e_i) = e_i - 1
+        pos.units([(pe, -1.0)], [(comp, -1.0)], bias=1.0)
+        prog.append(("pos", pos))
+        feat = FFLayer(D)  # u = sum_i 2^k relu(x_c + comp_i) - sum_i j e_i; comp := 0
         two_k = (2.0 ** k.numpy()).transpose(2, 1, 0)  # (d, l, N)
-        feat.units([(x[:, None], 1.0), (pe[None, :], 1.0)], [(U.T[:, None, :], two_k)], bias=-1.0)
+        feat.units([(x[:, None], 1.0), (comp[None, :], 1.0)], [(U.T[:, None, :], two_k)])
         jj = j.numpy().astype(float).transpose(1, 0, 2).reshape(l, N * d)  # (l, N d)
         feat.units([(pe, 1.0)], [(U.reshape(1, N * d), -jj)])
+        feat.units([(comp, -1.0)], [(comp, 1.0)])  # comp + relu(-comp) = 0
         prog.append(("feat", feat))
         A = emit_spline(prog, D, U, slots, saw, m, m_q)  # (N,)
         attention = {}
@@ -159,8 +170,10 @@ def transformer_sizes(N: int, l: int, d: int, m: int, m_q: int) -> dict:
     N, l, d = order("N", N), order("l", l), order("d", d)
     m, m_q = order("m", m), order("m_q", m_q)
     T0 = rounds(l)
-    L = 1 + spline_depth(m, d, m_q) + T0 * (m_q + 2) + 1
-    return {"L": L, "T": T0, "E": l, "W": atom_width(m, d) * N + d + l + 1, "H": 1 if T0 else 0}
+    L = 2 + spline_depth(m, d, m_q) + T0 * (m_q + 2) + 1
+    w = atom_width(m, d)
+    extra = max(0, l - N * (w - d))  # complement slots the free scratch cannot hold
+    return {"L": L, "T": T0, "E": l, "W": w * N + d + l + 1 + extra, "H": 1 if T0 else 0}
 
 
 def error_bound(coeffs, l: int, d: int, m: int, m_q: int, gamma: float) -> float:
