@@ -8,8 +8,10 @@ from tfbook.claims import ClaimError, Claims
 from tfbook.device import DTYPE
 from tfbook.icgd import ReluSum, build_transformer, interpolant
 from tfbook.icgd import bounds as Bd
+from tfbook.icgd import construct as C
 from tfbook.icgd import verify as V
 from tfbook.icgd.nets import ACT, ACTIVATIONS, LOSSES, NetSpec, autograd_gradient, explicit_gradient
+from tfbook.icgd.relu_sums import tailed_interpolant
 from tfbook.layers import perturb
 
 
@@ -265,6 +267,79 @@ def test_a_priori_R_covers_worst_prompts():
             Vj = m.spec.matrices(w0)[j - 1]
             worst = max(worst, float((src @ Vj.transpose(-1, -2)).abs().max()))
         assert 0.99 * m.R <= worst <= m.R  # attained by the worst prompt
+
+
+# --- safe defaults: tables whose accuracy does not depend on their range -------------------------------
+
+HELD_OUT = (dict(dx=4, dy=2, K=3, N=3, n=9, L=2, eta=0.5), dict(dx=7, dy=2, K=3, N=5, n=13, L=3, eta=0.5))
+
+
+def _gd_ratios(m, prompts):
+    """|w_hat - w_GD| / |w_GD - w0| after the L steps, one per prompt."""
+    X, Y, xq, w0 = prompts
+    ref = V.reference_gd(m, X, Y, w0)[:, -1]
+    err = (m.run(X, Y, xq, w0)[:, -1] - ref).norm(dim=-1)
+    disp = (ref - w0).norm(dim=-1)
+    assert float(disp.min()) > 1e-3  # GD moves: the ratio has a scale
+    return err / disp
+
+
+def _extreme_prompt(m):
+    """Every x, y at +bound and every weight at +box: the largest pre-activations and residuals."""
+    s = m.spec
+    ones = lambda *shape: torch.ones(*shape, dtype=DTYPE)  # noqa: E731
+    return ones(1, m.n, s.dx) * m.x_bound, ones(1, m.n, s.dy) * m.y_bound, ones(1, s.dx), ones(1, s.D_N) * m.box
+
+
+@pytest.mark.parametrize("act", ["softplus", "tanh", "sigmoid"])
+@pytest.mark.parametrize("size", [0, 1])
+def test_default_configuration_on_held_out_sizes(act, size):
+    """R=None, the default M: no range error on admissible prompts, error <= 5% of GD's displacement.
+
+    Before the tables had tails (interpolant on [-R, R] with R = 567 for softplus at the second size)
+    the ratio was 2.4 at M=64 and 0.9 at M=256."""
+    kw = {} if act == "softplus" else {"activation": act}  # softplus is the default
+    m = build_transformer(**HELD_OUT[size], **kw)
+    assert m.activation == act and m.R >= m.spec.dx  # the a-priori range, not a user's
+    m.run(*_extreme_prompt(m))  # the largest admissible arguments stay inside the tables' ranges
+    for seed in (0, 10):
+        ratios = _gd_ratios(m, V.random_prompt(m, 3, seed=seed, live=True))
+        assert float(ratios.max()) <= 0.05
+
+
+@pytest.mark.parametrize("size", [dict(dx=3, dy=1, K=4, N=3, n=20, L=4, eta=0.5),  # notebook 05's ReLU sizes
+                                  dict(dx=5, dy=1, K=3, N=4, n=10, L=2, eta=0.5), HELD_OUT[1]])
+def test_relu_logcosh_within_one_percent_of_gd(size):
+    """ReLU + log-cosh at the default M: the loss table's error no longer grows with R_u (49 to 568 here)."""
+    m = build_transformer(**size, activation="relu", loss="logcosh", delta=1e-5)
+    assert m.R_u >= 40
+    m.run(*_extreme_prompt(m))
+    for seed in (0, 10):
+        assert float(_gd_ratios(m, V.random_prompt(m, 3, seed=seed, live=True)).max()) <= 0.01
+
+
+@pytest.mark.parametrize("key", sorted(C.TABLES))
+def test_tables_accuracy_is_independent_of_their_range(key):
+    """Below the cut c the table is the interpolant on [-R, R]; beyond it M - 1 pieces on [-c, c] and the
+    function's own tails: the sup error over [-R, R] stays under `table_bound`, for R = 3 or R = 600."""
+    g = C._FUNCTIONS[key]
+    for M in (32, 256):
+        c, bound = C.table_cut(key, M)
+        assert 2 < c < 12 and bound < (0.02 if M == 32 else 5e-4)
+        errs = []
+        for R in (3.0, 50.0, 600.0):
+            rs = C.table(key, R, M)
+            assert rs.num_terms == M + 1 and float(rs.l1_norms().max()) <= 1 + 1e-12
+            core = min(R, c)  # knots and midpoints of the core, a coarser grid of the tails
+            t = torch.cat([torch.linspace(-R, R, 60001, dtype=DTYPE), torch.linspace(-core, core, 8 * M + 1,
+                                                                                   dtype=DTYPE)])
+            errs.append(float((rs(t) - g(t)).abs().max()))
+            assert errs[-1] <= C.table_bound(key, R, M) * (1 + 1e-9) + 1e-15
+        assert errs[2] <= bound * (1 + 1e-9) and errs[1] <= bound * (1 + 1e-9)
+        plain = float((interpolant(g, 600.0, M)(t) - g(t)).abs().max())  # the old table on [-600, 600]
+        assert plain >= 50 * errs[2]
+    with pytest.raises(ValueError, match="M"):
+        tailed_interpolant(torch.tanh, 3.0, 1)
 
 
 # --- mutations ---------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ equivariance, selection, sizes, rates, codes, masking helpers, bad input, and mu
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,8 +12,8 @@ from tfbook.layers import perturb
 from tfbook.seq2seq import (G_count, a_dagger, attention_error_bound, block_frequencies, blocks_below,
                             build_approximator, build_extractor, build_selector, chi_for, codes, coherence,
                             estimation_rate, extract_reference, frequency_block, gamma, global_greedy_mask,
-                            greedy_mask, important_coords, jaccard, make_motif_dataset, paper_forward, psi,
-                            selection_reference, shift, trig_eval)
+                            greedy_mask, important_coords, importance_values, jaccard, make_motif_dataset,
+                            paper_forward, psi, selection_reference, shift, static_baselines, trig_eval)
 from tfbook.seq2seq.checks import check_equivariance, check_extraction, check_selection
 
 G = torch.Generator().manual_seed(7)
@@ -211,38 +212,52 @@ def test_greedy_mask_ties_order_and_global():
     assert og.tolist() == [1, 2] and pg.shape == (3,)
 
 
+def test_static_baselines_constant_offset_and_window_least_squares():
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(4, 2, 30, dtype=torch.float64, generator=g)
+    target = shift(X, 2)[:, 1]                                  # exactly a fixed offset: both static rules exact
+    out = static_baselines(X, target, 3)
+    assert out["best_offset"] < 1e-12 and out["window_lsq"] < 1e-10
+    assert abs(out["constant"] - float(target.std(unbiased=False))) < 1e-12
+    noise = torch.rand(4, 30, dtype=torch.float64, generator=g)  # independent of the window: no rule beats the mean
+    out = static_baselines(X, noise, 3)
+    assert out["best_offset"] > out["constant"] and 0.9 * out["constant"] < out["window_lsq"] <= out["constant"]
+    assert static_baselines(X, shift(X, 4)[:, 0], 3)["best_offset"] > 0.1  # offset 4 is outside the window V = 3
+
+
 def test_jaccard():
     assert jaccard([], []) == 1.0 and jaccard([1, 2], [2, 3]) == 1 / 3 and jaccard([1], []) == 0.0
 
 
-@pytest.mark.parametrize("call", [
-    lambda: build_extractor([(0, 6)], 1, 5),
-    lambda: build_extractor([(1, 0)], 1, 5),
-    lambda: build_extractor([(0, 1), (0, 1)], 1, 5),
-    lambda: build_extractor([(0, 1)], 1, 0),
-    lambda: build_extractor([(0, 1)], 1, 3, chi=0.0),
-    lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 2, 7)),
-    lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 1, 7) + 1.0),
-    lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 1, 7), boundary="mirror"),
-    lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 1, 8)),
-    lambda: build_approximator([(0, 0)], {(1, 1): 1.0}, 1, 2, 0.1),
-    lambda: build_approximator([(0, 0)], {(1,): 1.0}, 1, 2, 0.0),
-    lambda: build_selector({(0, 0): 1.0}, [[0]] * 4, 1, 1, 0.1),
-    lambda: build_selector({(0, 0): 1.0}, [[0]], 1, 1, 0.0),
-    lambda: build_selector({(0, 0): 1.0}, [[0]], 1, 1, 0.1, code="hadamard"),
-    lambda: gamma((1,), (1.0,), "isotropic"),
-    lambda: gamma((1, 2), (1.0,), "mixed"),
-    lambda: a_dagger((1.0, -1.0), "mixed"),
-    lambda: G_count((0.0,), "mixed", 2),
-    lambda: estimation_rate(1, 1.0, 1.0),
-    lambda: attention_error_bound(0, 1, 1.0),
-    lambda: chi_for(3, 1, 0.0),
-    lambda: greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(1, 3), 0, steps=4),
-    lambda: global_greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(2, 1, 3), [0, 0], steps=4),
-    lambda: codes(5, 3, "onehot"),
+@pytest.mark.parametrize("call, message", [  # each message names the argument and what it accepts
+    (lambda: build_extractor([(0, 6)], 1, 5), r"^offsets offset must be an"),
+    (lambda: build_extractor([(1, 0)], 1, 5), r"^offsets channel must be <"),
+    (lambda: build_extractor([(0, 1), (0, 1)], 1, 5), r"^offsets must not contain duplicate"),
+    (lambda: build_extractor([(0, 1)], 1, 0), r"^U must be an int"),
+    (lambda: build_extractor([(0, 1)], 1, 3, chi=0.0), r"^chi must be > 0,"),
+    (lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 2, 7)), r"^X must have shape \(\*,"),
+    (lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 1, 7) + 1.0), r"^X must have every entry"),
+    (lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 1, 7), boundary="mirror"), r"^boundary must be one of"),
+    (lambda: build_extractor([(0, 1)], 1, 3)(rand(1, 1, 8)), r"^X must have a length"),
+    (lambda: build_approximator([(0, 0)], {(1, 1): 1.0}, 1, 2, 0.1), r"^coeffs keys must be tuples"),
+    (lambda: build_approximator([(0, 0)], {(1,): 1.0}, 1, 2, 0.0), r"^tol must be > 0,"),
+    (lambda: build_selector({(0, 0): 1.0}, [[0]] * 4, 1, 1, 0.1), r"^channels must list between 1"),
+    (lambda: build_selector({(0, 0): 1.0}, [[0]], 1, 1, 0.0), r"^gap must be > 0,"),
+    (lambda: build_selector({(0, 0): 1.0}, [[0]], 1, 1, 0.1, code="hadamard"), r"^code must be one of"),
+    (lambda: gamma((1,), (1.0,), "isotropic"), r"^kind must be one of"),
+    (lambda: gamma((1, 2), (1.0,), "mixed"), r"^s must have len\(a\) ="),
+    (lambda: a_dagger((1.0, -1.0), "mixed"), r"^a must be > 0,"),
+    (lambda: G_count((0.0,), "mixed", 2), r"^a must be > 0,"),
+    (lambda: estimation_rate(1, 1.0, 1.0), r"^n must be >= 2,"),
+    (lambda: attention_error_bound(0, 1, 1.0), r"^U must be an int"),
+    (lambda: chi_for(3, 1, 0.0), r"^eps must be > 0,"),
+    (lambda: greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(1, 3), 0, steps=4), r"^steps must be <= N"),
+    (lambda: global_greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(2, 1, 3), [0, 0], steps=4),
+     r"^steps must be <= N"),
+    (lambda: codes(5, 3, "onehot"), r"^dim must be >= n"),
 ])
-def test_bad_input_raises_value_error(call):
-    with pytest.raises(ValueError):
+def test_bad_input_raises_value_error(call, message):
+    with pytest.raises(ValueError, match=message):
         call()
 
 
@@ -255,6 +270,22 @@ def test_bad_input_raises_value_error(call):
     (lambda: global_greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(2, 1, 3), [0, 3]), r"labels must lie in 0\.\.1"),
     (lambda: build_selector({(0, 1): 1.0}, [[0]], 1, 2, 0.5)(rand(1, 1, 5), boundary="zero"),
      r"boundary must be one of \('circular',\)"),
+    (lambda: paper_forward(build_extractor([(0, 1)], 1, 2).paper_weights(), torch.rand(1, 1, 5, dtype=torch.complex128)),
+     "X must be a real tensor"),
+    (lambda: extract_reference(torch.rand(1, 1, 5, dtype=torch.complex128), [(0, 1)]), "X must be a real tensor"),
+    (lambda: selection_reference({(0, 0): 1.0}, [[1]], 2, torch.rand(1, 2, 5, dtype=torch.complex128)),
+     "X must be a real tensor"),
+    (lambda: importance_values({(0, 0): 1.0}, torch.rand(1, 2, 5, dtype=torch.complex128)), "X must be a real tensor"),
+    (lambda: greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(1, 3, dtype=torch.complex64), 0),
+     r"x must be a real \(d, N\) tensor"),
+    (lambda: global_greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(2, 1, 3, dtype=torch.complex64), [0, 0]),
+     r"X must be a real \(b, d, N\) tensor"),
+    (lambda: trig_eval({(1,): 1.0}, torch.rand(3, 1, dtype=torch.complex128)), "values must be a real tensor"),
+    (lambda: psi(1, np.array([0.1 + 1j])), "x must be real"),
+    (lambda: static_baselines(torch.rand(1, 2, 5, dtype=torch.complex128), torch.rand(1, 5), 1),
+     "X must be a real tensor"),
+    (lambda: static_baselines(torch.ones(1, 2, 5), torch.ones(1, 4), 1), r"X must be \(batch, d, N\) and target \(batch, N\)"),
+    (lambda: static_baselines(torch.ones(1, 2, 5), torch.ones(1, 5), -1), "V must be an int >= 0"),
 ])
 def test_bad_input_messages_name_the_argument(call, message):
     with pytest.raises(ValueError, match=message):
@@ -423,3 +454,61 @@ def test_extraction_and_selection_claims_print_the_trivial_scale():
     claims = cl.Claims("t")
     check_selection(claims, model, importance, channels, V, X, 1e-9)
     assert [c.trivial for c in claims.items] == [None, "1"]
+
+
+# --- Section 6 with controls (tfbook.seq2seq.masking_study) ---------------------------------------------------
+
+def _linear_predictor(d: int, N: int, classes: int, seed: int = 0):
+    W = torch.randn(classes, d * N, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    return lambda X: torch.softmax(X.reshape(X.shape[0], -1).double() @ W.T, dim=-1)
+
+
+def test_batched_greedy_mask_is_the_papers_greedy_rule_per_input():
+    from tfbook.seq2seq import greedy_mask
+    from tfbook.seq2seq.masking_study import greedy_mask_batch
+    predict = _linear_predictor(2, 9, 4)
+    X = torch.rand(5, 2, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([0, 1, 2, 3, 1])
+    orders, probs = greedy_mask_batch(predict, X, labels, steps=7, mask_value=0.25)
+    assert orders.shape == (5, 7) and probs.shape == (5, 8)
+    for b in range(5):
+        order, p = greedy_mask(predict, X[b], int(labels[b]), steps=7, mask_value=0.25)
+        assert torch.equal(orders[b], order) and torch.allclose(probs[b], p, rtol=0, atol=1e-15)
+
+
+def test_order_curves_replay_the_greedy_orders_and_random_jaccard_is_exact():
+    from tfbook.seq2seq.masking_study import (greedy_mask_batch, ink_removed, intensity_order, order_curves,
+                                              random_jaccard)
+    predict = _linear_predictor(1, 8, 3, seed=2)
+    X = torch.rand(4, 1, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    labels = torch.tensor([2, 0, 1, 2])
+    orders, probs = greedy_mask_batch(predict, X, labels, steps=5)
+    assert torch.allclose(order_curves(predict, X, labels, orders), probs, rtol=0, atol=1e-15)
+    faint = intensity_order(X, 8)
+    assert torch.all(torch.diff(torch.gather(X[:, 0], 1, faint), dim=1) >= 0)
+    assert torch.allclose(ink_removed(X, faint, 8), torch.ones(4, dtype=torch.float64))
+    # E Jaccard of two random 2-subsets of 4 tokens, by enumeration
+    import itertools
+    subsets = [set(c) for c in itertools.combinations(range(4), 2)]
+    exact = np.mean([len(a & b) / len(a | b) for a in subsets for b in subsets])
+    assert abs(random_jaccard(4, 2) - exact) < 1e-15 and random_jaccard(5, 5) == 1.0
+
+
+def test_masking_study_rejects_bad_input():
+    from tfbook.seq2seq.masking_study import greedy_mask_batch, mean_jaccard, order_curves, random_jaccard
+    predict = _linear_predictor(1, 4, 2)
+    X = torch.rand(2, 1, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="labels must lie in 0..1"):
+        greedy_mask_batch(predict, X, torch.tensor([0, 2]), steps=1)
+    with pytest.raises(ValueError, match="labels must be integer"):
+        greedy_mask_batch(predict, X, torch.tensor([0.0, 1.0]), steps=1)
+    with pytest.raises(ValueError, match="X must be a real"):
+        greedy_mask_batch(predict, X.to(torch.complex128), torch.tensor([0, 1]), steps=1)
+    with pytest.raises(ValueError, match="steps must be <= N = 4"):
+        greedy_mask_batch(predict, X, torch.tensor([0, 1]), steps=5)
+    with pytest.raises(ValueError, match="orders must hold token indices"):
+        order_curves(predict, X, torch.tensor([0, 1]), torch.tensor([[0, 4], [1, 2]]))
+    with pytest.raises(ValueError, match="labels must have one entry per kept set"):
+        mean_jaccard([{0}, {1}], [0])
+    with pytest.raises(ValueError, match="k must be <= N = 3"):
+        random_jaccard(3, 4)

@@ -16,6 +16,7 @@ Tokens are rows ``[x; y; w; p1..pN; r0..r(N-1); g; s1..sN; one; t]``.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Callable, Optional
 
 import torch
@@ -23,7 +24,7 @@ import torch
 from tfbook import validate
 from tfbook.device import DTYPE
 from tfbook.icgd.nets import ACTIVATIONS, LOSSES, NetSpec, activation
-from tfbook.icgd.relu_sums import ReluSum, identity_relu, interpolant, ramp
+from tfbook.icgd.relu_sums import ReluSum, identity_relu, interpolant, ramp, tailed_interpolant
 from tfbook.layers import Attention, ElementwiseMultiplication, FeedForward
 from tfbook.layout import Layout
 from tfbook.model import Construction
@@ -97,11 +98,71 @@ def _sup_abs(rs: ReluSum, a: float) -> float:
     return float(rs(pts).abs().max())
 
 
+# The smooth tables. For each function: sup|g''| (the interpolation error on [-c, c] is at most
+# (2c/(M-1))^2/8 sup|g''|), the tail (A, b, s): every |t| >= c has |g(t) - tail(t)| <= A exp(-b c), where
+# tail is constant g(-c) left of -c and g(c) + s (t - c) right of c. The bounds:
+#   softplus: softplus(-c) <= e^-c left; softplus(t) - t = log(1 + e^-t) in (0, e^-c] right (s = 1);
+#   sigmoid (softplus' too): sigmoid(-c) = 1 - sigmoid(c) <= e^-c on both sides;
+#   sigmoid' = sigmoid (1 - sigmoid) <= e^-|t|; tanh: 1 - tanh(c) <= 2 e^-2c; tanh' = sech^2 <= 4 e^-2|t|.
+TABLES = {
+    ("softplus", "r"): (0.25, 1.0, 1.0, 1.0),
+    ("softplus", "dr"): (0.0962250448649376, 1.0, 1.0, 0.0),
+    ("sigmoid", "r"): (0.0962250448649376, 1.0, 1.0, 0.0),
+    ("sigmoid", "dr"): (0.125, 1.0, 1.0, 0.0),
+    ("tanh", "r"): (0.769800358919501, 2.0, 2.0, 0.0),
+    ("tanh", "dr"): (2.0, 4.0, 2.0, 0.0),
+}
+_FUNCTIONS = {(name, part): getattr(activation(name), part) for name, part in TABLES}
+LOSS_TABLE = ("tanh", "r")  # u = tanh(residual): log-cosh's derivative
+
+
+def table_cut(key: tuple[str, str], M: int) -> tuple[float, float]:
+    """(c, bound): the half-width c at which the core's interpolation bound (2c/(M-1))^2/8 sup|g''| meets
+    the tails' bound A e^(-b c), and that common bound, the table's sup error on the whole real line.
+
+    It depends on M only, not on any range: a table built with `table` on a range R > c has this
+    accuracy for every argument, however large R is.
+    """
+    curv, A, b, _ = TABLES[key]
+    if M < 2:
+        return math.inf, math.inf
+    lo, hi = 0.0, 1.0
+    while (2 * hi / (M - 1)) ** 2 / 8 * curv < A * math.exp(-b * hi):
+        hi *= 2
+    for _ in range(100):  # bisection: the core's bound rises with c, the tails' falls
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if (2 * mid / (M - 1)) ** 2 / 8 * curv < A * math.exp(-b * mid) else (lo, mid)
+    return hi, max((2 * hi / (M - 1)) ** 2 / 8 * curv, A * math.exp(-b * lo))  # both bounds at c = hi
+
+
+def table(key: tuple[str, str], R: float, M: int) -> ReluSum:
+    """The table of a smooth function (``TABLES``) for arguments in [-R, R], M + 1 terms.
+
+    R <= c (`table_cut`): the interpolant on M equal pieces of [-R, R], error <= (2R/M)^2/8 sup|g''|.
+    R > c: M - 1 pieces on [-c, c] and the function's own tails (`tailed_interpolant`), error <= the
+    bound of `table_cut` everywhere: the accuracy no longer falls as the range R grows.
+    """
+    g = _FUNCTIONS[key]
+    c, _ = table_cut(key, M)
+    if R <= c:
+        return interpolant(g, R, M)
+    return tailed_interpolant(g, c, M, TABLES[key][3])
+
+
+def table_bound(key: tuple[str, str], R: float, M: int) -> float:
+    """The a-priori sup error of ``table(key, R, M)`` on [-R, R] (on the real line when R > c)."""
+    c, bound = table_cut(key, M)
+    return (2 * R / M) ** 2 / 8 * TABLES[key][0] if R <= c else bound
+
+
 def a_priori_R(spec: NetSpec, act: str, box: float, x_bound: float, M: int) -> float:
     """The smallest R found with every pre-activation of every admissible prompt in [-R, R].
 
     |v_{1_k} . x| <= dx box x_bound and |v_{j_k} . p_hat(j-1)| <= K box sup_{|t|<=R_{j-1}} |r_hat(t)|,
-    where r_hat itself is the interpolant on [-R, R]: R is found as a fixed point.
+    where r_hat itself is the table built for [-R, R] (`table`): R is found as a fixed point. All weights
+    at +box and x at +x_bound attain it (up to the table's error), so no smaller a-priori R exists; for
+    softplus it grows like (K box)^(N-1) dx box x_bound, which is why the tables' accuracy must not
+    depend on R.
     """
     a = activation(act)
 
@@ -117,7 +178,7 @@ def a_priori_R(spec: NetSpec, act: str, box: float, x_bound: float, M: int) -> f
         return ranges(lambda t: t)
     R = ranges(lambda t: float(a.r(torch.tensor([-t, t], dtype=DTYPE)).abs().max()))
     for _ in range(100):
-        rs = interpolant(a.r, R, M)
+        rs = table((act, "r"), R, M)
         R_new = ranges(lambda t: _sup_abs(rs, t))
         if R_new <= R:
             return R
@@ -403,14 +464,21 @@ def _share(layer):
 def _tables(act: str, R: float, M: int, delta) -> tuple[ReluSum, ReluSum]:
     if act == "relu":
         return identity_relu(), ramp(delta)
-    a = activation(act)
-    return interpolant(a.r, R, M), interpolant(a.dr, R, M)
+    return table((act, "r"), R, M), table((act, "dr"), R, M)
 
 
 def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: float, activation: str = "softplus",
-                      loss: str = "squared", box: float = 1.0, M: int = 64, delta: Optional[float] = None,
+                      loss: str = "squared", box: float = 1.0, M: int = 256, delta: Optional[float] = None,
                       x_bound: float = 1.0, y_bound: float = 1.0, R: Optional[float] = None) -> ICGDTransformer:
-    """Theorem 1's (2N+4)L-layer transformer running L steps of projected GD with step ``eta`` on n examples."""
+    """Theorem 1's (2N+4)L-layer transformer running L steps of projected GD with step ``eta`` on n examples.
+
+    ``R=None`` takes the a-priori range of every admissible prompt (`a_priori_R`); every run checks that
+    each table's arguments stay in its range and raises ValueError otherwise. Each smooth table (r, r' and,
+    for log-cosh, u = tanh on the residual range R_u) has M + 1 ReLU terms (`table`): M equal pieces of
+    [-R, R] up to the cut c of `table_cut`, beyond it M - 1 pieces of [-c, c] and the function's own tails,
+    so its sup error, at most `table_bound` (1.4e-4 for softplus, 3.4e-4 for tanh' at the default M = 256),
+    does not grow with R or R_u.
+    """
     for name, value in (("dx", dx), ("dy", dy), ("K", K), ("n", n), ("L", L), ("M", M)):
         validate.positive_int(name, value)
     validate.positive_int("N", N, minimum=2)
@@ -432,7 +500,7 @@ def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: flo
     r_hat, dr_hat = _tables(act, R, int(M), delta)
     B_out = _sup_abs(r_hat, R)  # |p_hat(N)| on admissible prompts
     R_u = B_out + y_bound  # residual range |p(N) - y|
-    u_hat = interpolant(torch.tanh, R_u, int(M)) if loss_name == "logcosh" else None
+    u_hat = table(LOSS_TABLE, R_u, int(M)) if loss_name == "logcosh" else None  # accurate beyond R_u too
     R_g = R_u + 1.0  # >= max(|z|, 1) >= |a . [z; 1]| for every unit on the query
     lay = icgd_layout(spec)
     block = [(f"fwd{j}", forward_layer(lay, spec, j, r_hat)) for j in range(1, N + 1)]

@@ -4,6 +4,11 @@ A `ReluSum` is ``rs(t) = sum_h c_h relu(a_h[0] t + a_h[1])`` with every ``||a_h|
 `interpolant(g, R, M)` is the linear interpolant of ``g`` at the ``M + 1`` knots
 ``-R + 2Rm/M``: constant ``g(-R)`` left of ``-R``, linear between knots, continued with the
 last slope right of ``R``. Its sup error on ``[-R, R]`` is at most ``(2R/M)^2/8 max|g''|``.
+`tailed_interpolant(g, c, M, right_slope)` is the same with ``M + 1`` terms too, but ``M - 1`` pieces on
+``[-c, c]`` and the right tail continued with the slope ``right_slope`` (g's own slope at infinity)
+instead of the last piece's: for a g that flattens out (tanh, sigmoid, their derivatives) or turns
+linear (softplus) its error outside ``[-c, c]`` is the tail's, ``sup_{|t| >= c} |g(t) - tail(t)|``,
+whatever the range of the arguments.
 `ramp(delta)` is ``(relu(t) - relu(t - delta))/delta``, ReLU's derivative away from ``(0, delta)``.
 """
 from __future__ import annotations
@@ -81,6 +86,25 @@ def interpolant(g: Callable[[torch.Tensor], torch.Tensor], R: float, M: int) -> 
     a = torch.cat([torch.tensor([[0.0, 1.0]], dtype=DTYPE), a])  # the constant g(-R) first
     c = torch.cat([values[:1], c])
     return ReluSum(a, c)
+
+
+def tailed_interpolant(g: Callable[[torch.Tensor], torch.Tensor], c: float, M: int,
+                       right_slope: float = 0.0) -> ReluSum:
+    """``M + 1`` terms: the linear interpolant of ``g`` on ``M - 1`` equal pieces of ``[-c, c]`` (M >= 2),
+    constant ``g(-c)`` left of ``-c`` and ``g(c) + right_slope (t - c)`` right of ``c``.
+
+    The last term is a kink at ``c`` changing the last piece's slope into ``right_slope``. Its sup error
+    on the real line is at most max((2c/(M-1))^2/8 max|g''|, the tails' errors).
+    """
+    c = float(validate.real("c", c, low=0.0, low_open=True))
+    M = validate.positive_int("M", M, minimum=2)
+    right_slope = float(validate.real("right_slope", right_slope))
+    core = interpolant(g, c, M - 1)
+    h = 2 * c / (M - 1)
+    ends = core(torch.tensor([c - h, c], dtype=DTYPE))
+    last = float(ends[1] - ends[0]) / h
+    a, coef = _unit_terms(torch.tensor([right_slope - last], dtype=DTYPE), torch.tensor([c], dtype=DTYPE))
+    return ReluSum(torch.cat([core.a, a]), torch.cat([core.c, coef]))
 
 
 def ramp(delta: float) -> ReluSum:

@@ -8,10 +8,12 @@ Public API (see the chapter book/seq2seq):
 * constructions: `build_extractor` (Thm 4.2, App. E), `build_approximator` (Thm 4.2 with an explicit
   ReLU FNN), `build_selector` (Thm 4.5, App. F), `attention_error_bound`, `chi_for`, `pe_angle`;
 * the paper's definition run on paper-form weights: `paper_forward`, and ground truths
-  `extract_reference`, `selection_reference`, `importance_values`;
+  `extract_reference`, `selection_reference`, `importance_values`, and the static baselines of a
+  selection target `static_baselines`;
 * the paper's size formulas (`formulas`, each a `tfbook.claims.paper_formula`): `eq7_width`, `eq7_growth`
   (Lemma D.1, Eq. (7)), `app_e_embedding_width`, `app_e_heads` (App. E);
-* Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `make_motif_dataset`, `TinyViT`.
+* Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `make_motif_dataset`, `TinyViT`; with controls
+  (`tfbook.seq2seq.masking_study`): `masking_study` (one seed of the experiment), `random_jaccard`.
 """
 import torch
 
@@ -19,21 +21,22 @@ from tfbook import bench
 from tfbook.seq2seq import formulas
 from tfbook.seq2seq.masking import (TinyViT, global_greedy_mask, greedy_mask, jaccard, make_motif_dataset,
                                     train_classifier)
+from tfbook.seq2seq.masking_study import masking_study, random_jaccard
 from tfbook.seq2seq.ffn import trig_network
 from tfbook.seq2seq.models import (PaperSizes, Seq2SeqTransformer, attention_error_bound, build_approximator,
                                    build_extractor, build_selector, chi_for, pe_angle)
-from tfbook.seq2seq.reference import extract_reference, importance_values, paper_forward, selection_reference
+from tfbook.seq2seq.reference import (extract_reference, importance_values, paper_forward, selection_reference,
+                                      static_baselines)
 from tfbook.seq2seq.smoothness import (G_count, a_dagger, block_frequencies, blocks_below, codes, coherence,
                                        estimation_rate, frequency_block, gamma, important_coords, lemma_c3_dim,
                                        psi, shift, trig_eval, unit_ball_coeffs)
 
 __all__ = ["G_count", "PaperSizes", "Seq2SeqTransformer", "TinyViT", "a_dagger", "attention_error_bound",
-           "block_frequencies", "blocks_below", "build_approximator", "build_extractor", "build_selector", "chi_for",
-           "codes", "coherence", "estimation_rate", "extract_reference", "frequency_block", "gamma",
+           "block_frequencies", "blocks_below", "build_approximator", "build_extractor", "build_selector",
+           "chi_for", "codes", "coherence", "estimation_rate", "extract_reference", "frequency_block", "gamma",
            "global_greedy_mask", "greedy_mask", "important_coords", "importance_values", "jaccard", "lemma_c3_dim",
-           "make_motif_dataset",
-           "paper_forward", "pe_angle", "psi", "selection_reference", "shift", "train_classifier", "trig_eval", "trig_network",
-           "unit_ball_coeffs"]
+           "make_motif_dataset", "masking_study", "paper_forward", "pe_angle", "psi", "random_jaccard",
+           "selection_reference", "shift", "static_baselines", "train_classifier", "trig_eval", "trig_network", "unit_ball_coeffs"]
 
 
 def _bench_extractor(device: torch.device):

@@ -34,6 +34,8 @@ def greedy_mask(predict: Predict, x: torch.Tensor, label: int, steps: Optional[i
                 mask_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(order (steps,), probs (steps+1,)): the paper's greedy masking of one input x (d, N)."""
     x = torch.as_tensor(x)
+    if x.is_complex():
+        raise ValueError(f"x must be a real (d, N) tensor, got dtype {x.dtype}")
     if x.ndim != 2:
         raise ValueError(f"x must be a (d, N) tensor, got shape {tuple(x.shape)}")
     label = validate.positive_int("label", label, 0)
@@ -66,6 +68,8 @@ def global_greedy_mask(predict: Predict, X: torch.Tensor, labels, steps: Optiona
                        mask_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """One mask for all inputs X (b, d, N), greedily maximising the mean of p(label_b); (order, mean probs)."""
     X = torch.as_tensor(X)
+    if X.is_complex():
+        raise ValueError(f"X must be a real (b, d, N) tensor, got dtype {X.dtype}")
     if X.ndim != 3:
         raise ValueError(f"X must be a (b, d, N) tensor, got shape {tuple(X.shape)}")
     labels = torch.as_tensor(labels, dtype=torch.long)

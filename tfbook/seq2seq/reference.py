@@ -17,7 +17,21 @@ from typing import Sequence
 
 import torch
 
+from tfbook import validate
 from tfbook.device import DTYPE
+
+
+def _refuse_complex(name: str, value):
+    """Raise ValueError naming the argument when ``value`` is complex (never silently drop the imaginary part)."""
+    dtype = value.dtype if isinstance(value, torch.Tensor) else torch.as_tensor(value).dtype
+    if dtype.is_complex:
+        raise ValueError(f"{name} must be a real tensor, got dtype {dtype}")
+    return value
+
+
+def _real_tensor(name: str, value) -> torch.Tensor:
+    """``value`` as a float64 tensor; complex input raises ValueError naming the argument."""
+    return torch.as_tensor(_refuse_complex(name, value)).to(DTYPE)
 
 
 def _on(A: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -27,7 +41,7 @@ def _on(A: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def paper_forward(weights: dict, X: torch.Tensor, boundary: str = "circular") -> torch.Tensor:
     """(batch, out, N) outputs of the paper's model on (batch, d, N) inputs."""
-    X = X.to(DTYPE)
+    X = _refuse_complex("X", X).to(DTYPE)
     B, d, N = X.shape
     P = sum(layer["U"] for layer in weights["layers"]) if boundary == "zero" else 0
     if P:
@@ -65,6 +79,7 @@ def paper_forward(weights: dict, X: torch.Tensor, boundary: str = "circular") ->
 
 def extract_reference(X: torch.Tensor, offsets: Sequence[tuple[int, int]], boundary: str = "circular") -> torch.Tensor:
     """Γ∘Σ_i X: (batch, H, N) with entry [h, i] = X[c_h, i + j_h] (zero outside the sequence if boundary="zero")."""
+    _refuse_complex("X", X)
     B, d, N = X.shape
     out = torch.zeros(B, len(offsets), N, dtype=X.dtype, device=X.device)
     i = torch.arange(N, device=X.device)
@@ -80,6 +95,7 @@ def extract_reference(X: torch.Tensor, offsets: Sequence[tuple[int, int]], bound
 
 def importance_values(importance: dict, X: torch.Tensor) -> torch.Tensor:
     """μ_i(X) = w_() + Σ w_{c,o} X[c, i+o] on one period (batch, N)."""
+    _refuse_complex("X", X)
     mu = torch.full((X.shape[0], X.shape[-1]), float(importance.get((), 0.0)), dtype=X.dtype, device=X.device)
     for key, w in importance.items():
         if key != ():
@@ -91,6 +107,7 @@ def importance_values(importance: dict, X: torch.Tensor) -> torch.Tensor:
 def selection_reference(importance: dict, channels: Sequence[Sequence[int]], V: int,
                         X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Γ∘Π∘Σ_i X on one period: features (batch, out, N) in rank order and the selected offsets (batch, r_max, N)."""
+    _refuse_complex("X", X)
     B, d, N = X.shape
     mu = importance_values(importance, X)  # (B, N)
     offsets = torch.arange(-V, V + 1, device=X.device)
@@ -104,3 +121,28 @@ def selection_reference(importance: dict, channels: Sequence[Sequence[int]], V: 
             feats.append(torch.gather(X[:, c], 1, pos))
     out = torch.stack(feats, 1) if feats else X.new_zeros(B, 0, N)
     return out, chosen
+
+
+def static_baselines(X: torch.Tensor, target: torch.Tensor, V: int) -> dict:
+    """RMSEs of three static predictors of ``target`` (batch, N) from X (batch, d, N) on one period.
+
+    ``"constant"``: the mean of the target (the best constant); ``"best_offset"``: the best single
+    input X[c, i+o] over channels c and offsets |o| <= V (Theorem 4.2's fixed-offset mechanism, no
+    fitting); ``"window_lsq"``: least squares of the target on every input of the window [i−V, i+V]
+    plus a constant, fitted and evaluated on the same tokens (in-sample, so the most favourable
+    number for any linear static read-out of the window). Each is shift-invariant by construction.
+    """
+    X = _real_tensor("X", X)
+    target = _real_tensor("target", target)
+    if X.ndim != 3 or target.shape != (X.shape[0], X.shape[-1]):
+        raise ValueError(f"X must be (batch, d, N) and target (batch, N) with the same batch and N, "
+                         f"got {tuple(X.shape)} and {tuple(target.shape)}")
+    V = validate.positive_int("V", V, 0)
+    y = target.reshape(-1)
+    rmse = lambda e: float(e.pow(2).mean().sqrt())  # noqa: E731
+    windows = torch.stack([torch.roll(X, shifts=-o, dims=-1) for o in range(-V, V + 1)], 2)  # (B, d, 2V+1, N)
+    feats = windows.permute(0, 3, 1, 2).reshape(-1, X.shape[1] * (2 * V + 1))  # (B·N, d(2V+1))
+    best = min(rmse(feats[:, k] - y) for k in range(feats.shape[1]))
+    A = torch.cat([feats, torch.ones_like(y)[:, None]], 1)
+    coef = torch.linalg.lstsq(A.cpu(), y.cpu()[:, None], driver="gelsd").solution.to(A.device)
+    return {"constant": rmse(y - y.mean()), "best_offset": best, "window_lsq": rmse(A @ coef[:, 0] - y)}

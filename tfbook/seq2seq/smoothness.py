@@ -35,6 +35,8 @@ def psi(r: int, x):
     """ψ_r(x): √2 cos(2π|r|x) for r < 0, 1 for r = 0, √2 sin(2πrx) for r > 0 (tensor or array in, same out)."""
     r = validate.positive_int("r", abs(r), 0) * (1 if r >= 0 else -1)
     lib = torch if isinstance(x, torch.Tensor) else np
+    if (x.is_complex() if lib is torch else np.iscomplexobj(x)):
+        raise ValueError(f"x must be real, got a complex {'tensor' if lib is torch else 'array'}")
     x = x if isinstance(x, torch.Tensor) else np.asarray(x, dtype=float)
     if r == 0:
         return lib.ones_like(x)
@@ -120,6 +122,8 @@ def unit_ball_coeffs(a: Sequence[float], kind: str, T: float, seed: int = 0) -> 
 
 def trig_eval(coeffs: dict[tuple[int, ...], float], values: torch.Tensor) -> torch.Tensor:
     """Σ_r coeffs[r] Π_k ψ_{r_k}(values[..., k]) for values of shape (..., K)."""
+    if values.is_complex():
+        raise ValueError(f"values must be a real tensor, got dtype {values.dtype}")
     out = torch.zeros(values.shape[:-1], dtype=values.dtype, device=values.device)
     for r, c in coeffs.items():
         term = torch.full_like(out, float(c))
