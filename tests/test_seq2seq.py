@@ -119,6 +119,26 @@ def test_approximator_accuracy_bracket_catches_a_coarser_ffn(monkeypatch):
     assert all(0.08 < r <= 1.0 for r in coarse), coarse
 
 
+STEEP = {(8, 0): 0.5, (0, -6): 0.4, (5, 3): 0.3}  # notebook 05's steep target: Lip(f) ~ 50
+
+
+def steep_accuracy() -> float:
+    """sup |F^ - F| / tol on notebook 05's stress inputs (0/1 tokens and uniform), U = 4, tol = 1e-3."""
+    from tfbook.seq2seq import checks
+    coords, tol = [(0, 0), (0, 2)], 1e-3
+    model = build_approximator(coords, STEEP, 1, 4, tol)
+    return checks.approximation_error(model, coords, STEEP, checks.stress_inputs(500, 1, 9)) / tol
+
+
+def test_the_lipschitz_factor_in_chi_is_needed(monkeypatch):
+    """Without Lip(f_1) in chi the attention's leakage, amplified by f_1, exceeds tol on 0/1 inputs."""
+    assert steep_accuracy() <= 0.1
+    import tfbook.seq2seq.models as models
+    original = models._approximator_chi
+    monkeypatch.setattr(models, "_approximator_chi", lambda U, H, tol, log_lip: original(U, H, tol, 0.0))
+    assert steep_accuracy() > 1.0
+
+
 def test_approximator_width_formula_full_truncation():
     a, kind, T = (1.0, 2.0), "mixed", 3.0
     coeffs = {}
@@ -512,3 +532,9 @@ def test_masking_study_rejects_bad_input():
         mean_jaccard([{0}, {1}], [0])
     with pytest.raises(ValueError, match="k must be <= N = 3"):
         random_jaccard(3, 4)
+    from tfbook.seq2seq.masking_study import masking_study
+    X6, y6 = torch.rand(4, 1, 6), torch.tensor([0, 1, 0, 1])
+    with pytest.raises(ValueError, match=r"grid must have rows x cols = N = 6"):
+        masking_study(X6, y6, slice(0, 2), slice(2, 4), 0, 1, 1, 2, (2, 2))
+    with pytest.raises(ValueError, match=r"grid must be \(rows, cols\)"):
+        masking_study(X6, y6, slice(0, 2), slice(2, 4), 0, 1, 1, 2, (1, 2, 3))

@@ -11,10 +11,11 @@ from typing import Sequence
 
 import torch
 
+from tfbook import validate
 from tfbook.claims import Claims
 from tfbook.seq2seq.models import Seq2SeqTransformer, attention_error_bound, pe_angle
 from tfbook.seq2seq.reference import extract_reference, paper_forward, selection_reference
-from tfbook.seq2seq.smoothness import shift
+from tfbook.seq2seq.smoothness import shift, trig_eval
 
 
 def attention_rows(model: Seq2SeqTransformer, d: int, N: int, boundary: str = "circular") -> torch.Tensor:
@@ -29,6 +30,22 @@ def attention_rows(model: Seq2SeqTransformer, d: int, N: int, boundary: str = "c
 def extraction_error(model: Seq2SeqTransformer, offsets, X: torch.Tensor, boundary: str = "circular") -> float:
     """max |model(X) − Γ∘Σ_i X| over every output, position and input."""
     return float((model(X, boundary=boundary) - extract_reference(X, offsets, boundary)).abs().max())
+
+
+def stress_inputs(n: int, d: int, N: int, seed: int = 0) -> torch.Tensor:
+    """(2n, d, N) float64 inputs that stress the attention: n sequences of random 0/1 tokens (a token next
+    to its opposite, where softmax leakage moves a feature by the most) and n uniform ones."""
+    gen = torch.Generator().manual_seed(validate.positive_int("seed", seed, 0))
+    n, d, N = (validate.positive_int(k, v) for k, v in (("n", n), ("d", d), ("N", N)))
+    binary = (torch.rand(n, d, N, generator=gen, dtype=torch.float64) > 0.5).to(torch.float64)
+    return torch.cat([binary, torch.rand(n, d, N, generator=gen, dtype=torch.float64)])
+
+
+def approximation_error(model: Seq2SeqTransformer, coords, coeffs: dict, X: torch.Tensor) -> float:
+    """max over both boundary rules, inputs and positions of |F̂(X) − F(X)|, F = Σ_r coeffs[r] Π ψ (Thm 4.2)."""
+    return max(float((model(X, boundary=b)[:, 0]
+                      - trig_eval(coeffs, extract_reference(X, coords, b).transpose(1, 2))).abs().max())
+               for b in ("circular", "zero"))
 
 
 def check_extraction(claims: Claims, model: Seq2SeqTransformer, offsets, X: torch.Tensor, chi: float,

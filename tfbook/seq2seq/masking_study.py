@@ -27,14 +27,15 @@ import torch
 
 from tfbook import validate
 from tfbook.seq2seq.masking import TinyViT, train_classifier
+from tfbook.seq2seq.reference import _refuse_complex
 
 Predict = Callable[[torch.Tensor], torch.Tensor]
 
 
 def _inputs(X, labels) -> tuple[torch.Tensor, torch.Tensor]:
-    X = torch.as_tensor(X)
-    if X.ndim != 3 or X.is_complex():
-        raise ValueError(f"X must be a real (b, d, N) tensor, got shape {tuple(X.shape)} and dtype {X.dtype}")
+    X = torch.as_tensor(_refuse_complex("X", X))
+    if X.ndim != 3:
+        raise ValueError(f"X must be a real (b, d, N) tensor, got shape {tuple(X.shape)}")
     labels = torch.as_tensor(labels)
     if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.shape != (X.shape[0],):
         raise ValueError(f"labels must be integer class indices of shape ({X.shape[0]},), got {labels.dtype} "
@@ -170,14 +171,20 @@ def masking_study(X, y, train, test, seed: int, n_images: int, epochs: int, budg
     Trains a `TinyViT` (torch seeded with ``seed``) on X[train], takes the first ``n_images`` correctly
     classified inputs of X[test] and masks ``budget`` tokens of each: greedily for the true label, greedily
     for the runner-up class (the wrong-label control), in random orders and faintest first. ``motif``
-    (n, k): the tokens that define each input's class (synthetic data), counted among the kept ones."""
+    (n, k): the tokens that define each input's class (synthetic data), counted among the kept ones.
+    The result holds the numbers, the curves, the kept sets and the trained ``model`` (in eval mode)."""
     X, y = _inputs(X, y)
     budget = validate.positive_int("budget", budget)
     if budget >= X.shape[2]:
         raise ValueError(f"budget must be < N = {X.shape[2]} (keep at least one token), got {budget}")
     n_images = validate.positive_int("n_images", n_images)
+    if len(tuple(grid)) != 2:
+        raise ValueError(f"grid must be (rows, cols), got {grid!r}")
+    rows, cols = (validate.positive_int(name, v) for name, v in zip(("grid[0]", "grid[1]"), grid))
+    if rows * cols != X.shape[2]:
+        raise ValueError(f"grid must have rows x cols = N = {X.shape[2]} tokens, got {tuple(grid)}")
     torch.manual_seed(validate.positive_int("seed", seed, 0))
-    model = TinyViT(X.shape[1], grid[0], grid[1], int(y.max()) + 1, **(model_kw or {}))
+    model = TinyViT(X.shape[1], rows, cols, int(y.max()) + 1, **(model_kw or {}))
     train_classifier(model, X[train], y[train], epochs=epochs, lr=lr, batch=batch, seed=seed)
     model.eval()
 
@@ -200,7 +207,8 @@ def masking_study(X, y, train, test, seed: int, n_images: int, epochs: int, budg
     out = {
         "accuracy": float((p_test.argmax(1) == yt).double().mean()),
         "images": len(ys),
-        "curve_greedy": p_true.numpy(), "curve_rival": p_rival.numpy(), "curve_random": p_rand.numpy(), "curve_faint": p_faint.numpy(),
+        "curve_greedy": p_true.numpy(), "curve_rival": p_rival.numpy(),
+        "curve_random": p_rand.numpy(), "curve_faint": p_faint.numpy(),
         "p_greedy": float(p_true[:, -1].median()), "p_rival": float(p_rival[:, -1].median()),
         "p_random": float(p_rand[:, -1].median()), "p_faint": float(p_faint[:, -1].median()),
         "still_correct": float((predict(masked).argmax(1) == ys).double().mean()),
@@ -209,7 +217,7 @@ def masking_study(X, y, train, test, seed: int, n_images: int, epochs: int, budg
         "ink_random": float(ink_removed(Xs, random_orders(len(ys), X.shape[2], budget, seed), budget).median()),
         "jaccard_within": mean_jaccard(kept, ys.tolist(), True),
         "jaccard_across": mean_jaccard(kept, ys.tolist(), False),
-        "kept": kept, "labels": ys, "order": order, "inputs": Xs, "predict": predict,
+        "kept": kept, "labels": ys, "order": order, "inputs": Xs, "model": model,
     }
     if motif is not None:
         mt = torch.as_tensor(motif)[test][correct]

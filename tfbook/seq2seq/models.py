@@ -260,7 +260,9 @@ def _extraction_model(pairs, d: int, U: int, chi: float, ffn_maps, phi: float) -
     E[:d] = torch.eye(d, dtype=DTYPE)
     pe = PositionalEncoding(D, d + H, phi)
     spec = [{"U": U, "heads": _rotation_heads(pairs, D, d + H, phi, chi, d), "ffn": ffn_maps}]
-    return Seq2SeqTransformer(d, E, pe, spec, 2 * U + 1, layout)
+    model = Seq2SeqTransformer(d, E, pe, spec, 2 * U + 1, layout)
+    model.chi = chi  # the attention scale the builder chose (a record; the weights carry it)
+    return model
 
 
 def _readout(H: int, D: int, start: int) -> sp.csr_matrix:
@@ -304,9 +306,12 @@ def build_approximator(coords, coeffs: dict, d: int, U: int, tol: float) -> Seq2
         raise ValueError("coeffs must contain at least one frequency tuple")
     maps, _ = trig_network(clean, H, tol / 2, pre=_readout(H, d + H + 2, d))
     log_lip = sum(math.log(max(float(abs(A).sum(1).max()), 1e-300)) for A, _ in maps)
-    phi = pe_angle(U)
-    chi = (math.log(4 * H * (2 * U + 1) / tol) + max(log_lip, 0.0)) / (1 - math.cos(phi))
-    return _extraction_model(pairs, d, U, chi, maps, phi)
+    return _extraction_model(pairs, d, U, _approximator_chi(U, H, tol, log_lip), maps, pe_angle(U))
+
+
+def _approximator_chi(U: int, H: int, tol: float, log_lip: float) -> float:
+    """χ with Lip(f_1) · 2H(2U+1) e^{−χ(1−cos φ)} <= tol/2, given log_lip = log of the bound on Lip(f_1)."""
+    return (math.log(4 * H * (2 * U + 1) / tol) + max(log_lip, 0.0)) / (1 - math.cos(pe_angle(U)))
 
 
 # --- Theorem 4.5: dynamic token selection ----------------------------------------------------------
