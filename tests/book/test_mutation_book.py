@@ -21,7 +21,6 @@ EXEMPT: dict[str, str] = {
     "book/colsym/01_basis.ipynb": "the algebra of the P_T basis (Lemmas 3-6), no network",
     "book/besov/01_rates_and_spaces.ipynb": "rate exponents, atom and token counts, no network",
     "book/besov/06_estimation.ipynb": "least squares over fixed B-spline atoms, no network",
-    "book/besov/07_token_extraction.ipynb": "token-selection masks computed from the target's structure, no network",
     "book/icgd/01_deep_net_gradient.ipynb": "Lemma 1 by hand against autograd on the deep network, no transformer",
     "book/icgd/02_sum_of_relus.ipynb": "Definition 4's sums of ReLUs as functions, before they become heads",
     "book/icgd/07_icl_experiments.ipynb": "App. G trains standard transformers; no explicit construction",
