@@ -9,18 +9,21 @@ Public API (the chapter's contract):
   `error_bound`, `paper_width`
 * rates: `smoothness`, `D`, `eta`, `nu`, `num_atoms`, `risk_exponents`, `token_count`
 * grids and masks: `aniso_interpolant`, `token_mask`, `quantize`
+* Theorem 5 compiled (`masked`): `build_masked_transformer(fs, K, rankings, t, m_q, gamma)`,
+  `masked_error_bound`, `thm5_atoms`
 * the paper's size formulas (`formulas`, each a `tfbook.claims.paper_formula`): `lemma3_weight_bound`,
   `lemma4_depth`, `lemma5_width`, `lemma5_weight_bound`, `lemma5_depth`, `lemma5_depth_growth`, `thm1_rounds`,
   `thm1_heads`, `thm1_width`, `thm1_width_growth`, `flat_width`, `flat_width_slope`, `lemma6_attention_lipschitz`
 
-Submodules: `references`, `rates`, `formulas`, `program` (vectorised slot programs), `gadgets`, `transformer`, `grids`.
+Submodules: `references`, `rates`, `formulas`, `program` (vectorised slot programs), `gadgets`, `transformer`, `grids`,
+`masked`.
 """
 from __future__ import annotations
 
 import torch
 
 from tfbook import bench
-from tfbook.besov import estimation, formulas
+from tfbook.besov import estimation, formulas, masked
 from tfbook.besov.estimation import best_grid_mse, hat_features
 from tfbook.besov.gadgets import (BSplineNet, ProductNet, bspline_net, bspline_net_error, product_error_range,
                                   product_net, product_reference, spline_factor_constant, yarotsky)
@@ -29,6 +32,7 @@ from tfbook.besov.formulas import (flat_width, flat_width_slope, lemma3_weight_b
                                    thm1_heads, thm1_rounds, thm1_width, thm1_width_growth)
 from tfbook.besov.grids import (aniso_interpolant, hat_interpolate, levels, quantize, sparse_evaluate, sparse_interpolant, token_mask,
                                 weierstrass)
+from tfbook.besov.masked import MaskedTransformer, build_masked_transformer, masked_error_bound, thm5_atoms
 from tfbook.besov.rates import (D, balance_fit, delta, eta, nu, num_atoms, paper_balance_power, risk_exponents,
                                 smoothness, token_count)
 from tfbook.besov.references import bspline, check_atoms, expansion
@@ -43,7 +47,8 @@ __all__ = [
     "eta", "expansion", "fnn_baseline", "hat_interpolate", "leak", "sparse_evaluate", "levels", "nu", "num_atoms", "paper_balance_power", "paper_width", "partner",
     "product_error_range", "product_net", "product_reference", "quantize", "random_atoms", "risk_exponents",
     "rounds", "smoothness", "sparse_interpolant", "spline_factor_constant", "support_samples", "token_count",
-    "token_mask", "transformer_sizes", "weierstrass", "yarotsky",
+    "token_mask", "transformer_sizes", "weierstrass", "yarotsky", "masked", "MaskedTransformer",
+    "build_masked_transformer", "masked_error_bound", "thm5_atoms",
 ]
 
 
