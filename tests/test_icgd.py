@@ -529,3 +529,93 @@ def test_relu_log_cosh_residual_outside_the_loss_table_raises():
                               loss="logcosh", box=2.0, R=0.5)
     with pytest.raises(ValueError, match=r"layer loss: a residual p\(N\) - y of size .* leaves its table's range"):
         model.run(*_prompt(model, 5, 2.0))
+
+
+# --- per-step claim, parameter norms (Theorem 1's B_theta) ------------------------------------------------
+
+def test_step_relative_errors_separate_a_wrong_step_and_a_dropped_gate():
+    """The per-step error relative to the exact step: small for the construction, about 0.02 for GD with a
+    2% wrong step, large without the query gate, 1 for a model that leaves w in place."""
+    kw = dict(dx=3, dy=1, K=4, N=3, n=20, L=3, activation="sigmoid", box=1.0, M=64)
+    m = build_transformer(**kw, eta=0.5)
+    X, Y, xq, w0 = V.random_prompt(m, 2, seed=0)
+    ok = float(V.step_relative_errors(m, m.run(X, Y, xq, w0), X, Y).max())
+    wrong = build_transformer(**kw, eta=0.51)
+    off = V.step_relative_errors(m, wrong.run(X, Y, xq, w0), X, Y, eta=0.5)
+    gate = V.step_relative_errors(m, V.drop_query_gate(m).run(X, Y, xq, w0), X, Y)
+    assert 0 < ok < 0.005 < 0.015 < float(off.min()) <= float(off.max()) < 0.025 and float(gate.max()) > 0.005
+    ws = wrong.run(X, Y, xq, w0)
+    exact = torch.stack([V.reference_gd(m, X, Y, ws[:, l], steps=1)[:, 1] for l in range(3)], dim=1)
+    assert torch.allclose(V.per_step_errors(m, ws, X, Y, eta=0.5), (ws[:, 1:] - exact).norm(dim=-1), atol=1e-14)
+    assert torch.allclose(off, (ws[:, 1:] - exact).norm(dim=-1) / (exact - ws[:, :-1]).norm(dim=-1), atol=1e-12)
+    with perturb(scale=0.0):
+        assert torch.allclose(V.step_relative_errors(m, m.run(X, Y, xq, w0), X, Y), torch.ones(2, 3, dtype=DTYPE))
+
+
+def _norm_params(m):
+    return dict(dy=m.spec.dy, K=m.spec.K, N=m.spec.N, eta=m.eta, C1=m.r_hat.C, C2=m.dr_hat.C, R3=m.R_g,
+                C3=4.0 if m.u_hat is None else m.u_hat.C, C_w=1.0 + max(1.0, m.box))
+
+
+@pytest.mark.parametrize("act,loss", [("tanh", "squared"), ("softplus", "logcosh"), ("relu", "squared")])
+def test_theta_norms_within_the_proofs_constants(act, loss):
+    """B_theta of (C.1) (largest entries) per layer, against Lemmas 2-5, D.16 and our projection."""
+    from tfbook.claims import FORMULAS
+
+    assert FORMULAS[f"{Bd.theta_norm_bound.__module__}.{Bd.theta_norm_bound.__qualname__}"] is Bd.theta_norm_bound
+    m = _model(act, loss=loss, M=16, R=5.0 if act == "softplus" else None)
+    norms = V.theta_norms(m)
+    s, bs = m.spec, m.block_size
+    assert len(norms) == m.num_layers and norms[bs:] == norms[:bs] * (m.L - 1)  # the blocks share their weights
+    C3 = 4.0 if m.u_hat is None else m.u_hat.C
+    tol = 1 + 1e-12
+    assert all(v <= (1 + s.K * m.r_hat.C) * tol for v in norms[:s.N])  # Lemma 2
+    assert norms[s.N] == pytest.approx(1 + ((s.N - 1) * s.K + s.dy) * m.dr_hat.C, rel=1e-12)  # Lemma 3, attained
+    assert norms[s.N] > 1 + s.K * (s.N - 1) * m.dr_hat.C  # above the printed constant: the d_y units
+    assert norms[s.N + 1] <= (m.R_g + 1 + C3) * tol  # Lemma 4
+    assert norms[s.N + 2: 2 * s.N + 2] == [1.0 + s.dy] + [1.0 + s.K] * (s.N - 1)  # Lemma 5: 1 + heads
+    assert norms[-2] <= 1 + 2 * m.eta * s.N * s.K and norms[-1] == 1.0 + max(1.0, m.box)  # D.16, projection
+    assert max(norms) <= Bd.theta_norm_bound(**_norm_params(m)) * tol
+    with pytest.raises(ValueError, match="real number"):
+        Bd.theta_norm_bound(**dict(_norm_params(m), C1=m.r_hat))
+
+
+def test_relu_weights_grow_like_one_over_delta():
+    """The ramp's coefficients are (1 + delta)/delta: max |weight| and B_theta grow like 1/delta."""
+    from tfbook import plotting
+
+    deltas = [1e-3, 1e-5, 1e-7]
+    ms = [_model("relu", delta=d) for d in deltas]
+    inv = [1 / d for d in deltas]
+    max_w = [float(m.counted_sizes().max_abs_weight) for m in ms]
+    assert plotting.fit_slope(inv, max_w)[0] == pytest.approx(1, abs=0.01)
+    assert plotting.fit_slope(inv, [max(V.theta_norms(m)) for m in ms])[0] == pytest.approx(1, abs=0.01)
+
+
+def test_permutation_claim_holds_at_small_delta():
+    """Rounding grows like 1/delta; the permutation claim's tolerance grows with the largest weight."""
+    m = build_transformer(dx=7, dy=2, K=3, N=5, n=13, L=3, eta=0.5, activation="relu", delta=1e-7)
+    X, Y, xq, w0 = V.random_prompt(m, 3, seed=0)
+    perm = torch.randperm(13, generator=torch.Generator().manual_seed(2))  # the permutation check_permutation draws
+    diff = float((m.run(X[:, perm], Y[:, perm], xq, w0) - m.run(X, Y, xq, w0)).abs().max())
+    assert diff > V.ROUNDOFF  # a fixed 1e-10 would fail here
+    claims = Claims("perm")
+    V.check_permutation(claims, m, X, Y, xq, w0)
+    assert claims.all_hold()
+
+
+def test_constants_reuse_the_table_errors():
+    m = _model("sigmoid", M=16)
+    X, Y, xq, w0 = V.random_prompt(m, 2, seed=0)
+    ws = m.run(X, Y, xq, w0)
+    c = Bd.constants(m, ws, X, Y)
+    assert Bd.constants(m, ws, X, Y, eps=(c.eps_r, c.eps_dr, c.eps_l)) == c and c.eps_r > 0
+
+
+def test_model_takes_float32_tokens_and_refuses_junk_naming_H():
+    m = _model("tanh", M=8)
+    H = m.embed(*V.random_prompt(m, 1, seed=0))
+    assert torch.equal(m(H.float()), m(H.float().double()))  # other dtypes are taken as float64 tokens
+    for junk in (["a"], "tokens", {"H": 1}):
+        with pytest.raises(ValueError, match="H must be a real tensor"):
+            m(junk)

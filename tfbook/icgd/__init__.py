@@ -26,7 +26,7 @@ def _register() -> None:
 
     bench.register("icgd: Theorem 1 transformer (N=4, K=8, M=128, n=20, L=5)", _bench_build,
                    lambda state: state[0](state[1]), units="prompts", count=4)
-    if torch.cuda.is_available():  # about 21 GiB of stacked head tensors: registered only where a GPU is present
+    if torch.cuda.is_available():  # about 20.6 GiB of stacked head tensors: registered only where a GPU is present
         bench.register("icgd: Theorem 1 transformer, GPU size (N=6, K=16, dx=20, M=256, n=20, L=5)",
                        lambda device: _bench_build(device, N=6, K=16, M=256, dx=20),
                        lambda state: state[0](state[1]), units="prompts", count=4)

@@ -8,12 +8,14 @@ parameters only: `num_layers`, `attention_layers`, `ewml_layers`, `mlp_layers` (
 (2N+4)L layers, split as in Lemmas 2-5 and D.16), `max_heads` (the heads of the proofs of Lemmas 2-5
 and D.16, with M_1, M_2 the numbers of terms of the tables r_hat, r_hat'), `embed_dim` (the slots of
 the proof of Theorem 1, the derivative slot's printed (N-2)K+d read as (N-1)K+d_y) and
-`relu_term_l1_bound` (Definition 4: ||a_h||_1 <= 1). `paper_sizes` fills a `Sizes` record from them.
+`relu_term_l1_bound` (Definition 4: ||a_h||_1 <= 1), and `theta_norm_bound` (the largest parameter norm
+B_theta of (C.1) the proofs of Lemmas 2-5 and D.16 allow). `paper_sizes` fills a `Sizes` record from them.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -55,8 +57,13 @@ def table_errors(act: str, loss: str, R: float, r_hat: ReluSum, dr_hat: ReluSum,
     return sup_error(a.r, r_hat, R, points=fine), sup_error(a.dr, dr_hat, R, points=fine), eps_l
 
 
-def constants(model, ws: torch.Tensor, X: torch.Tensor, Y: torch.Tensor) -> Constants:
-    """Measured constants over the iterates ws (B, L + 1, D_N) for the prompt X, Y."""
+def constants(model, ws: torch.Tensor, X: torch.Tensor, Y: torch.Tensor,
+              eps: Optional[tuple[float, float, float]] = None) -> Constants:
+    """Measured constants over the iterates ws (B, L + 1, D_N) for the prompt X, Y.
+
+    ``eps``: the tables' errors (eps_r, eps_r', eps_l) of an earlier call on the same model (they depend
+    on the tables only; measuring them takes most of the time).
+    """
     spec: NetSpec = model.spec
     a = activation(model.activation)
     B_v = max(float(V.norm(dim=-1).max()) for V in spec.matrices(ws))
@@ -67,7 +74,8 @@ def constants(model, ws: torch.Tensor, X: torch.Tensor, Y: torch.Tensor) -> Cons
         B_dr = max(B_dr, max(float(d.abs().max()) for d in parts.dr))
         B_l = max(B_l, float(loss_derivative(model.loss, parts.p[-1], Y).abs().max()))
     R_u = model.R_g - 1.0
-    eps = table_errors(model.activation, model.loss, model.R, model.r_hat, model.dr_hat, model.u_hat, R_u)
+    if eps is None:
+        eps = table_errors(model.activation, model.loss, model.R, model.r_hat, model.dr_hat, model.u_hat, R_u)
     L_l = 2.0 if model.loss == "squared" else 1.0
     return Constants(spec.K, spec.dy, spec.N, a.lip_r, a.lip_dr, L_l, B_v, B_r, B_dr, B_l, *eps)
 
@@ -179,6 +187,26 @@ def embed_dim(dx: int, dy: int, K: int, N: int) -> int:
     The proof prints r' in R^{(N-2)K+d}; one derivative per unit of every layer needs (N-1)K + d_y.
     """
     return dx + 2 * dy + D_N(dx, dy, K, N) + 3 * ((N - 1) * K + dy) + 2
+
+
+@paper_formula
+def theta_norm_bound(dy: int, K: int, N: int, eta: float, C1: float, C2: float, R3: float, C3: float,
+                     C_w: float) -> float:
+    """The largest B_theta of (C.1) the proofs allow in one layer, with C_1, C_2, C_3 the sums sum_m |c_m|
+    of the tables r_hat, r_hat', u_hat (Definition 4), R_3 the gate and C_w the projection's norm:
+
+    Lemma 2: 1 + K C_1; Lemma 3: 1 + ((N-1)K + d_y) C_2 (printed 1 + K(N-1) C_2, which leaves out the d_y
+    units of the last layer); Lemma 4: (R_3 + 1) + C_3 ((C.1) adds ||W_1|| and ||W_2||; printed
+    max{R_3 + 1, C_3}); Lemma 5: 1 + K ((C.1) sums the K values; printed 1); D.16: 1 + 2 eta N K; C_w.
+    """
+    return max(1 + K * C1, 1 + ((N - 1) * K + dy) * C2, R3 + 1 + C3, 1 + K, 1 + 2 * eta * N * K, C_w)
+
+
+def theta_norm_bounds_printed(dy: int, K: int, N: int, eta: float, C1: float, C2: float, R3: float, C3: float,
+                              C_w: float) -> dict[str, float]:
+    """The bounds of Lemmas 2-5, D.16 and the projection as printed, by layer (for comparison only)."""
+    return {"fwd": 1 + K * C1, "deriv": 1 + K * (N - 1) * C2, "loss": max(R3 + 1, C3), "ewml": 1.0,
+            "update": 1 + 2 * eta * N * K, "proj": C_w}
 
 
 @paper_formula
