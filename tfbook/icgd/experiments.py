@@ -5,23 +5,37 @@ The paper trains GPT-2-style models (Garg et al. 2022) with softmax and with ReL
 the target networks, the optimiser and the ReLU normaliser unspecified; the choices here are stated in
 `ExperimentConfig`. These models are *trained* (float32, the paper's own experiment), not constructed.
 
-Baselines, always reported with the trained models: the mean of the context labels, least squares with a
-bias, and the paper's "train a network of the same depth on the prompt" (Adam, 100 full-batch steps, best
-epoch on the query, which is optimistic). Besides the pooled R^2 (dominated by between-task variance) we
-report a within-task R^2 = 1 - MSE / E_task[Var(y | task)].
+Baselines, always reported with the trained models: the mean of the context labels (the per-task level,
+learnt without any dependence on x), least squares with a bias on the context, the *linear ceiling* (per
+task, the least-squares line fitted on 256 fresh draws of that task: no linear predictor does much better)
+and the paper's "train a network of the same depth on the prompt" (Adam, ``gd_steps`` full-batch steps,
+best step on the query, which is optimistic). Besides the pooled R^2 (dominated by between-task variance)
+we report a within-task R^2 = 1 - MSE / E_task[Var(y | task)], on which the context mean scores about 0.
+
+`run` trains several seeds, target depths and both attention types at once: the members of one attention
+type are stacked along a leading axis and trained together (`train_ensemble`, ``torch.func.vmap``), each
+with its own initial weights, data stream and Adam state, as if trained alone. `summary` reduces a run to
+per-seed margins over the context mean at the training length.
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
 
 from tfbook import validate
 
 F32 = torch.float32
+F64 = torch.float64
+ATTENTIONS = ("softmax", "relu")
+NAMES = {"softmax": "softmax-TF", "relu": "ReLU-TF"}
+BASELINES = ("context mean", "least squares", "linear ceiling", "GD baseline")
+# the fields every member of one ensemble shares (the model and its training); seed and targets may differ
+SHARED = ("d", "width", "blocks", "heads", "train_points", "test_points", "steps", "lr", "batch", "anneal")
 
 
 @dataclass(frozen=True)
@@ -36,7 +50,7 @@ class ExperimentConfig:
     width: int = 32  # paper: 256
     blocks: int = 2  # paper: 12
     heads: int = 2  # paper: 8
-    steps: int = 600  # paper: 500k (quick profile: about a minute on one CPU core)
+    steps: int = 600  # paper: 500k
     lr: float = 2e-3  # unspecified (Garg et al.: 1e-4)
     batch: int = 64  # paper: 64
     test_prompts: int = 400  # paper: 6400
@@ -44,17 +58,24 @@ class ExperimentConfig:
     mixtures: tuple = (0.0, 0.1, 0.3, 0.5)  # omega_2 of the test mixtures
     gd_steps: int = 100
     gd_lr: float = 5e-3
+    anneal: bool = True  # the learning rate decays linearly to 0 over the steps (unspecified in the paper)
 
-    def __post_init__(self):
-        for name in ("d", "target_depth", "target_width", "train_points", "test_points", "width", "blocks", "heads",
-                     "steps", "batch", "test_prompts", "gd_steps"):
+    def __post_init__(self) -> None:
+        for name in ("d", "target_depth", "target_width", "train_points", "test_points", "width", "blocks",
+                     "heads", "steps", "batch", "test_prompts", "gd_steps"):
             validate.positive_int(name, getattr(self, name))
         validate.positive_int("seed", self.seed, 0)
+        if not isinstance(self.anneal, bool):
+            raise ValueError(f"anneal must be True or False, got {self.anneal!r}")
         if self.width % self.heads:
             raise ValueError(f"width must be a multiple of heads = {self.heads}, got {self.width}")
+        if self.test_points < self.train_points:
+            raise ValueError(f"test_points must be an int >= train_points = {self.train_points}, "
+                             f"got {self.test_points}")
         for name in ("lr", "gd_lr"):
             validate.real(name, getattr(self, name), low=0, low_open=True)
-        if not self.mixtures or any(not 0 <= validate.real("mixtures entry", w) <= 1 for w in self.mixtures):
+        if not isinstance(self.mixtures, tuple) or not self.mixtures or any(
+                not 0 <= validate.real("mixtures entry", w) <= 1 for w in self.mixtures):
             raise ValueError(f"mixtures must be a non-empty tuple of weights in [0, 1], got {self.mixtures!r}")
 
 
@@ -86,7 +107,7 @@ class CausalAttention(nn.Module):
 
     def __init__(self, width: int, heads: int, kind: str):
         super().__init__()
-        self.kind = validate.choice("attention", kind, ("softmax", "relu"))
+        self.kind = validate.choice("attention", kind, ATTENTIONS)
         self.heads, self.qkv, self.out = heads, nn.Linear(width, 3 * width), nn.Linear(width, width)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
@@ -130,41 +151,92 @@ class ICLTransformer(nn.Module):
         return self.read_out(self.ln(h))[:, ::2, 0]
 
 
+def _check_members(cfgs: list[ExperimentConfig]) -> list[ExperimentConfig]:
+    if not isinstance(cfgs, (list, tuple)) or not cfgs or \
+            not all(isinstance(c, ExperimentConfig) for c in cfgs):
+        raise ValueError(f"cfgs must be a non-empty list of ExperimentConfig, got {cfgs!r}")
+    for name in SHARED:
+        if len({getattr(c, name) for c in cfgs}) > 1:
+            raise ValueError(f"cfgs must share {name} (members of one ensemble differ only in seed and "
+                             f"targets), got {[getattr(c, name) for c in cfgs]}")
+    return list(cfgs)
+
+
+def train_ensemble(cfgs: list[ExperimentConfig], attention: str,
+                   device: torch.device = torch.device("cpu")) -> tuple[list[ICLTransformer], dict]:
+    """Train one model per config (same architecture and budget, any seeds and target networks) at once.
+
+    Member i starts from the weights ``torch.manual_seed(cfgs[i].seed)`` gives, draws its prompts from its
+    own generator (seed + 1) and its own targets, and has its own Adam state: the stacked training is the
+    training of each member alone, batched (``vmap``). Returns the models (on ``device``) and a log with
+    ``losses`` (one list of ``steps`` training losses per member) and ``seconds``.
+    """
+    cfgs = _check_members(cfgs)
+    attention = validate.choice("attention", attention, ATTENTIONS)
+    c0 = cfgs[0]
+    models = []
+    for c in cfgs:
+        torch.manual_seed(c.seed)
+        model = ICLTransformer(c.d, c.width, c.blocks, c.heads, attention, c.test_points + 1)
+        models.append(model.to(device))
+    params, _ = stack_module_state(models)  # every parameter with a leading member axis
+    forward = vmap(lambda p, x, y: functional_call(models[0], p, (x, y)))
+    opt = torch.optim.Adam(params.values(), lr=c0.lr)
+    decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1 - t / c0.steps if c0.anneal else 1.0)
+    gens = [torch.Generator().manual_seed(c.seed + 1) for c in cfgs]
+    losses, start = [], time.perf_counter()
+    for _ in range(c0.steps):
+        xs, ys = [], []
+        for c, gen in zip(cfgs, gens):
+            W = sample_tasks(c, c.batch, gen)
+            x = sample_x(c, c.batch, c.train_points + 1, 0.0, gen)
+            xs.append(x)
+            ys.append(target(W, x))
+        x, y = torch.stack(xs).to(device), torch.stack(ys).to(device)  # (E, batch, n, d), (E, batch, n)
+        loss = ((forward(params, x, y) - y) ** 2).mean((1, 2))  # (E,) each member's own mean loss
+        opt.zero_grad()
+        loss.sum().backward()
+        opt.step()
+        decay.step()
+        losses.append(loss.detach())
+    with torch.no_grad():
+        for i, m in enumerate(models):
+            for name, p in m.named_parameters():
+                p.copy_(params[name][i])
+    history = torch.stack(losses).cpu().T.tolist()  # (E, steps)
+    return models, {"attention": attention, "seconds": time.perf_counter() - start, "losses": history}
+
+
 def train(cfg: ExperimentConfig, attention: str,
           device: torch.device = torch.device("cpu")) -> tuple[ICLTransformer, dict]:
     """Train on in-distribution prompts (omega2 = 0) with Adam; returns the model (on ``device``) and a log."""
-    torch.manual_seed(cfg.seed)
-    model = ICLTransformer(cfg.d, cfg.width, cfg.blocks, cfg.heads, attention, cfg.test_points + 1).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    losses, start = [], time.perf_counter()
-    for _ in range(cfg.steps):
-        W = sample_tasks(cfg, cfg.batch, gen)
-        x = sample_x(cfg, cfg.batch, cfg.train_points + 1, 0.0, gen)
-        x, y = x.to(device), target(W, x).to(device)
-        loss = ((model(x, y) - y) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return model, {"attention": attention, "seconds": time.perf_counter() - start, "losses": losses}
+    models, log = train_ensemble([cfg], attention, device)
+    return models[0], {**log, "losses": log["losses"][0]}
 
 
 @dataclass
 class TestSet:
+    """Test prompts of one mixture, with fresh draws of every task (its variance and its best line)."""
+
     omega2: float
     x: torch.Tensor  # (P, n, d)
     y: torch.Tensor  # (P, n)
-    within_var: torch.Tensor  # (P,) Var(y | task) from fresh draws
-    extra: dict = field(default_factory=dict)
+    fresh_x: torch.Tensor  # (P, 256, d) more inputs of the same tasks
+    fresh_y: torch.Tensor  # (P, 256)
+
+    @property
+    def within_var(self) -> torch.Tensor:
+        """Var(y | task) from the fresh draws, (P,)."""
+        return self.fresh_y.var(dim=-1)
 
 
 def test_set(cfg: ExperimentConfig, omega2: float, seed: int) -> TestSet:
+    """``cfg.test_prompts`` prompts of ``test_points + 1`` examples from the mixture ``omega2``."""
     gen = torch.Generator().manual_seed(seed)
     W = sample_tasks(cfg, cfg.test_prompts, gen)
     x = sample_x(cfg, cfg.test_prompts, cfg.test_points + 1, omega2, gen)
-    fresh = target(W, sample_x(cfg, cfg.test_prompts, 256, omega2, gen))
-    return TestSet(omega2, x, target(W, x), fresh.var(dim=-1))
+    fresh_x = sample_x(cfg, cfg.test_prompts, 256, omega2, gen)
+    return TestSet(omega2, x, target(W, x), fresh_x, target(W, fresh_x))
 
 
 def r2(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -185,54 +257,106 @@ def context_mean(ts: TestSet) -> torch.Tensor:
     return prev / count
 
 
+def _with_bias(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, torch.ones(*x.shape[:-1], 1, dtype=x.dtype)], -1).to(F64)
+
+
 def least_squares(ts: TestSet, ridge: float = 1e-3) -> torch.Tensor:
     """Ridge-regularised least squares with a bias on the k - 1 previous examples, (P, n)."""
     P, n, d = ts.x.shape
-    X1 = torch.cat([ts.x, torch.ones(P, n, 1)], -1).double()
-    Y = ts.y.double()
-    out = torch.zeros(P, n, dtype=torch.float64)
+    X1, Y = _with_bias(ts.x), ts.y.to(F64)
+    out = torch.zeros(P, n, dtype=F64)
     for k in range(1, n):
         A = X1[:, :k]
-        G = A.transpose(1, 2) @ A + ridge * torch.eye(d + 1, dtype=torch.float64)
+        G = A.transpose(1, 2) @ A + ridge * torch.eye(d + 1, dtype=F64)
         beta = torch.linalg.solve(G, A.transpose(1, 2) @ Y[:, :k, None])
         out[:, k] = (X1[:, k:k + 1] @ beta)[:, 0, 0]
     return out.to(F32)
 
 
+def linear_ceiling(ts: TestSet) -> torch.Tensor:
+    """Per task, the least-squares line with a bias fitted on the task's fresh draws, at every prompt
+    input, (P, n): the best any predictor linear in x can do, up to the fit's estimation error."""
+    A = _with_bias(ts.fresh_x)  # (P, 256, d + 1)
+    beta = torch.linalg.lstsq(A, ts.fresh_y.to(F64)[..., None]).solution  # (P, d + 1, 1)
+    return (_with_bias(ts.x) @ beta)[..., 0].to(F32)
+
+
 def gd_baseline(cfg: ExperimentConfig, ts: TestSet, positions: list[int], seed: int = 0) -> dict[int, torch.Tensor]:
     """The paper's baseline: a fresh network of the target's depth and width, trained on the k examples before
-    position k (Adam, ``gd_steps`` full-batch steps); the best step's prediction on the query (optimistic)."""
-    torch.manual_seed(seed)
-    P = ts.x.shape[0]
-    out = {}
+    position k (Adam, ``gd_steps`` full-batch steps); the best step's prediction on the query (optimistic).
+
+    All positions train at once (one network per task and position, contexts padded and masked); the
+    initial weights of position k come from ``seed`` and k alone, so a position's result does not depend
+    on which other positions are asked for."""
+    n = ts.x.shape[1]
+    positions = [validate.positive_int("positions entry", k) for k in positions]
+    if not positions or any(k >= n for k in positions):
+        raise ValueError(f"positions must be a non-empty list of ints in [1, {n - 1}], got {positions!r}")
+    P, G, kmax = ts.x.shape[0], len(positions), max(positions)
+    sizes = [cfg.d] + [cfg.target_width] * (cfg.target_depth - 1) + [1]
+    inits = []
     for k in positions:
-        sizes = [cfg.d] + [cfg.target_width] * (cfg.target_depth - 1) + [1]
-        Ws = [nn.Parameter(torch.randn(P, o, i) * math.sqrt(2.0 / i)) for i, o in zip(sizes, sizes[1:])]
-        bs = [nn.Parameter(torch.zeros(P, 1, o)) for o in sizes[1:]]
-        opt = torch.optim.Adam(Ws + bs, lr=cfg.gd_lr)
-        xs, ys, xq, yq = ts.x[:, :k], ts.y[:, :k], ts.x[:, k:k + 1], ts.y[:, k]
+        gen = torch.Generator().manual_seed(seed * 100003 + k)
+        inits.append([torch.randn(P, o, i, generator=gen) * math.sqrt(2.0 / i)
+                      for i, o in zip(sizes, sizes[1:])])
+    Ws = [nn.Parameter(torch.cat(layer)) for layer in zip(*inits)]  # (G P, o, i)
+    bs = [nn.Parameter(torch.zeros(G * P, 1, o)) for o in sizes[1:]]
+    opt = torch.optim.Adam(Ws + bs, lr=cfg.gd_lr)
+    ks = torch.tensor(positions).repeat_interleave(P)  # (G P,)
+    xs, ys = ts.x[:, :kmax].repeat(G, 1, 1), ts.y[:, :kmax].repeat(G, 1)  # (G P, kmax, d), (G P, kmax)
+    mask = (torch.arange(kmax) < ks[:, None]).to(F32)  # (G P, kmax) the examples before each query
+    rows = torch.arange(G * P)
+    xq, yq = ts.x[rows % P, ks][:, None], ts.y[rows % P, ks]  # (G P, 1, d), (G P,)
 
-        def net(x):
-            h = x
-            for j, (W, b) in enumerate(zip(Ws, bs)):
-                h = h @ W.transpose(-1, -2) + b
-                if j < len(Ws) - 1:
-                    h = torch.relu(h)
-            return h[..., 0]
+    def net(x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for j, (W, b) in enumerate(zip(Ws, bs)):
+            h = h @ W.transpose(-1, -2) + b
+            if j < len(Ws) - 1:
+                h = torch.relu(h)
+        return h[..., 0]
 
-        best_err, best_pred = None, None
-        for _ in range(cfg.gd_steps):
-            loss = ((net(xs) - ys) ** 2).mean(-1).sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            with torch.no_grad():
-                pred = net(xq)[:, 0]
-                err = ((pred - yq) ** 2).mean()
-                if best_err is None or err < best_err:
-                    best_err, best_pred = err, pred.clone()
-        out[k] = best_pred
+    best_err = torch.full((G,), float("inf"))
+    best = torch.zeros(G, P)
+    for _ in range(cfg.gd_steps):
+        loss = (((net(xs) - ys) ** 2 * mask).sum(-1) / ks).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            pred = net(xq)[:, 0].reshape(G, P)
+            err = ((pred - yq.reshape(G, P)) ** 2).mean(1)  # (G,) each position's query MSE
+            better = err < best_err
+            best_err = torch.where(better, err, best_err)
+            best = torch.where(better[:, None], pred, best)
+    return {k: best[g] for g, k in enumerate(positions)}
+
+
+def _curves(pred: torch.Tensor, ts: TestSet) -> dict:
+    return {"r2": r2(pred, ts.y).tolist(), "r2_within": r2_within(pred, ts.y, ts.within_var).tolist()}
+
+
+def _at_positions(preds: dict[int, torch.Tensor], ts: TestSet) -> dict:
+    ks = list(preds)
+    col = {k: (preds[k][:, None], ts.y[:, k:k + 1]) for k in ks}  # (P, 1) prediction and label at k
+    return {"positions": ks, "r2": [float(r2(*col[k])[0]) for k in ks],
+            "r2_within": [float(r2_within(*col[k], ts.within_var)[0]) for k in ks]}
+
+
+def baselines(cfg: ExperimentConfig, ts: TestSet, gd_positions: list[int], seed: int = 0) -> dict:
+    """Pooled and within-task R^2 of the four baselines on one test set (GD baseline at ``gd_positions``)."""
+    out = {"context mean": _curves(context_mean(ts), ts), "least squares": _curves(least_squares(ts), ts),
+           "linear ceiling": _curves(linear_ceiling(ts), ts)}
+    out["GD baseline"] = _at_positions(gd_baseline(cfg, ts, gd_positions, seed), ts)
     return out
+
+
+def predict(model: ICLTransformer, ts: TestSet) -> torch.Tensor:
+    """The model's prediction at every position of every test prompt, on the CPU, (P, n)."""
+    dev = next(model.parameters()).device
+    with torch.no_grad():
+        return model(ts.x.to(dev), ts.y.to(dev)).cpu()
 
 
 def evaluate(cfg: ExperimentConfig, models: dict[str, ICLTransformer], gd_positions: list[int]) -> dict:
@@ -240,26 +364,81 @@ def evaluate(cfg: ExperimentConfig, models: dict[str, ICLTransformer], gd_positi
     results = {}
     for i, omega2 in enumerate(cfg.mixtures):
         ts = test_set(cfg, omega2, seed=cfg.seed + 100 + i)
-        curves = {}
-        with torch.no_grad():
-            for name, model in models.items():
-                dev = next(model.parameters()).device
-                curves[name] = model(ts.x.to(dev), ts.y.to(dev)).cpu()
-        curves["context mean"] = context_mean(ts)
-        curves["least squares"] = least_squares(ts)
-        gd = gd_baseline(cfg, ts, gd_positions, seed=cfg.seed)
-        res = {name: {"r2": r2(p, ts.y).tolist(), "r2_within": r2_within(p, ts.y, ts.within_var).tolist()}
-               for name, p in curves.items()}
-        res["GD baseline"] = {"positions": gd_positions,
-                              "r2": [float(r2(gd[k][:, None], ts.y[:, k:k + 1])[0]) for k in gd_positions],
-                              "r2_within": [float(r2_within(gd[k][:, None], ts.y[:, k:k + 1], ts.within_var)[0])
-                                            for k in gd_positions]}
-        results[omega2] = res
+        res = {name: _curves(predict(model, ts), ts) for name, model in models.items()}
+        results[omega2] = {**res, **baselines(cfg, ts, gd_positions, seed=cfg.seed)}
     return results
 
 
 def config_dict(cfg: ExperimentConfig) -> dict:
     return asdict(cfg)
+
+
+def run(cfg: ExperimentConfig, seeds: list[int], target_depths: list[int], gd_positions: list[int],
+        attentions: tuple = ATTENTIONS, device: torch.device = torch.device("cpu")) -> dict:
+    """App. G for several training seeds and target depths: per target depth and mixture, the baselines
+    and one curve per attention type and seed, on test prompts shared by all seeds.
+
+    Returns ``{"settings": {...}, "seconds": {attention: s}, "curves": {depth: {omega2: {baseline: curves,
+    "softmax-TF": [curves per seed], "ReLU-TF": [...]}}}}`` where curves are ``{"r2": [n], "r2_within":
+    [n]}`` (the GD baseline's also name their ``positions``). The test prompts of target depth D and the
+    i-th mixture come from seed ``cfg.seed + 1000 D + 100 + i``.
+    """
+    seeds = [validate.positive_int("seeds entry", s, 0) for s in seeds]
+    depths = [validate.positive_int("target_depths entry", t) for t in target_depths]
+    if not seeds or len(set(seeds)) < len(seeds):
+        raise ValueError(f"seeds must be a non-empty list of distinct ints >= 0, got {seeds!r}")
+    if not depths or len(set(depths)) < len(depths):
+        raise ValueError("target_depths must be a non-empty list of distinct ints >= 1, "
+                         f"got {target_depths!r}")
+    attentions = tuple(validate.choice("attentions entry", a, ATTENTIONS) for a in attentions)
+    curves: dict = {}
+    tests: dict = {}
+    for t in depths:
+        tcfg = replace(cfg, target_depth=t)
+        tests[t] = [test_set(tcfg, w, seed=cfg.seed + 1000 * t + 100 + i) for i, w in enumerate(cfg.mixtures)]
+        curves[t] = {w: baselines(tcfg, ts, gd_positions, seed=cfg.seed)
+                     for w, ts in zip(cfg.mixtures, tests[t])}
+    seconds = {}
+    members = [(t, s) for t in depths for s in seeds]
+    for attention in attentions:
+        cfgs = [replace(cfg, target_depth=t, seed=s) for t, s in members]
+        models, log = train_ensemble(cfgs, attention, device)
+        seconds[attention] = log["seconds"]
+        for (t, _), model in zip(members, models):
+            for w, ts in zip(cfg.mixtures, tests[t]):
+                curves[t][w].setdefault(NAMES[attention], []).append(_curves(predict(model, ts), ts))
+    settings = {"config": config_dict(cfg), "seeds": seeds, "target_depths": depths,
+                "attentions": list(attentions), "device": str(device), "torch": torch.__version__}
+    return {"settings": settings, "seconds": seconds, "curves": curves}
+
+
+def at(curve: dict, k: int, key: str = "r2_within") -> float:
+    """One curve's value at position k (the GD baseline's by its positions: None where it was not run)."""
+    if "positions" in curve:
+        return curve[key][curve["positions"].index(k)] if k in curve["positions"] else None
+    return curve[key][k]
+
+
+def summary(result: dict, k: int) -> dict:
+    """Per target depth, mixture and attention type at position k: the within-task R^2 of every seed, its
+    margin over the context mean (difference of within-task R^2) and its MSE ratio to the context mean;
+    and the baselines' within-task R^2 and pooled R^2."""
+    out: dict = {}
+    for t, per_mixture in result["curves"].items():
+        out[t] = {}
+        for w, res in per_mixture.items():
+            cm = at(res["context mean"], k)
+            row = {name: at(res[name], k) for name in BASELINES}
+            row.update({f"{name} pooled": at(res[name], k, "r2") for name in BASELINES})
+            for name in NAMES.values():
+                if name in res:
+                    vals = [at(c, k) for c in res[name]]
+                    row[name] = vals
+                    row[f"{name} pooled"] = [at(c, k, "r2") for c in res[name]]
+                    row[f"{name} margin"] = [v - cm for v in vals]
+                    row[f"{name} ratio"] = [(1 - v) / (1 - cm) for v in vals]  # MSE_TF / MSE_cm
+            out[t][w] = row
+    return out
 
 
 def depth_sweep(cfg: ExperimentConfig, depths: list[int], attentions: tuple = ("softmax", "relu"),
@@ -274,7 +453,7 @@ def depth_sweep(cfg: ExperimentConfig, depths: list[int], attentions: tuple = ("
     depths = [validate.positive_int("depths", v) for v in depths]
     if not depths:
         raise ValueError("depths must be a non-empty list of ints >= 1, got []")
-    attentions = tuple(validate.choice("attentions", a, ("softmax", "relu")) for a in attentions)
+    attentions = tuple(validate.choice("attentions", a, ATTENTIONS) for a in attentions)
     ts = test_set(cfg, 0.0, seed=cfg.seed + 100)  # the in-distribution test set of `evaluate`
     settings = {"config": config_dict(cfg), "depths": depths, "attentions": list(attentions),
                 "device": str(device), "seed": cfg.seed, "torch": torch.__version__}
