@@ -1,22 +1,35 @@
-"""Least squares over a fixed dictionary of hat atoms (the estimation side of Theorems 3 and 4 of paper 001).
+"""Least squares over hat dictionaries (the estimation side of Theorems 3 and 4 of paper 001).
 
-The features are the tensor-product hat atoms N_1(2^{k_c} x_c - j_c), j_c = -1..2^{k_c} - 1, of a full grid
-with levels ``k``; `best_grid_mse` fits every level K of an anisotropic or isotropic grid and keeps the best
-held-out error (the balancing choice of the theorems, up to constants).
+The features are tensor-product hat atoms N_1(M_c x_c - j_c), j_c = -1..M_c - 1, on a grid with M_c
+intervals along coordinate c. The anisotropic grid of Theorem 2 has M_c = 2^{K alpha_min / alpha_c}
+(rounded; K may be fractional, so the dictionary grows in small steps), the isotropic grid M_c = 2^K.
+
+* ``hat_features(X, k)``: the dense feature matrix of the dyadic grid with levels ``k`` (M_c = 2^k_c).
+* ``sparse_hat_features(X, M)``: the same features as a sparse matrix (2^D non-zeros a row), any M_c.
+* ``sieve_fit(...)``: n noisy samples, the level K chosen on a noisy hold-out split (never on the
+  noiseless test error) or fixed, least squares on all n samples, test MSE against the noiseless target.
+* ``fitted_slopes(ns, mse)``: log-log slopes of the risk against n, pooled and per seed.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spl
 import torch
 
 from tfbook import validate
-from tfbook.besov.grids import levels
+from tfbook.besov.rates import smoothness
 from tfbook.besov.references import bspline
 from tfbook.device import DTYPE
 
 GRIDS = ("aniso", "iso")
+RIDGE = 1e-8  # keeps atoms without samples at coefficient 0
+HOLDOUT = 0.2  # fraction of the n samples that chooses the level
+MIN_SAMPLES = 4  # samples per atom of the largest dictionary tried
 
 
 def hat_features(X: torch.Tensor, k: Sequence[int]) -> torch.Tensor:
@@ -30,30 +43,110 @@ def hat_features(X: torch.Tensor, k: Sequence[int]) -> torch.Tensor:
 
 
 def fit_and_test(k: Sequence[int], X: torch.Tensor, y: torch.Tensor, Xt: torch.Tensor, ft: torch.Tensor) -> float:
-    """Ridge-stabilised least squares on the grid ``k``; the mean squared error against ``ft`` at ``Xt``."""
-    Phi = hat_features(X, k)
-    coef = torch.linalg.lstsq(Phi.T @ Phi + 1e-8 * torch.eye(Phi.shape[1], dtype=DTYPE), Phi.T @ y[:, None]).solution
-    return float(((hat_features(Xt, k) @ coef)[:, 0] - ft).pow(2).mean())
+    """Least squares on the dyadic grid ``k``; the mean squared error against ``ft`` at ``Xt``."""
+    M = [2 ** int(kc) for kc in k]
+    coef = least_squares(sparse_hat_features(X.cpu().numpy(), M), y.cpu().numpy())
+    return float(np.mean((sparse_hat_features(Xt.cpu().numpy(), M) @ coef - ft.cpu().numpy()) ** 2))
+
+
+def sparse_hat_features(X: np.ndarray, M: Sequence[int]) -> sp.csr_matrix:
+    """(n, prod_c (M_c + 1)) CSR matrix of the hats N_1(M_c x_c - j_c); column order as `hat_features`."""
+    n = X.shape[0]
+    idx, w = np.zeros((n, 1), dtype=np.int64), np.ones((n, 1))
+    for c, m in enumerate(M):
+        u = X[:, c] * m
+        i0 = np.clip(np.floor(u), 0, m - 1).astype(np.int64)  # left node of the cell, (n,)
+        t = u - i0
+        idx = (idx[:, :, None] * (m + 1) + np.stack([i0, i0 + 1], 1)[:, None, :]).reshape(n, -1)
+        w = (w[:, :, None] * np.stack([1 - t, t], 1)[:, None, :]).reshape(n, -1)  # (n, 2^(c+1))
+    rows = np.repeat(np.arange(n), idx.shape[1])
+    return sp.csr_matrix((w.ravel(), (rows, idx.ravel())), shape=(n, int(np.prod([m + 1 for m in M]))))
+
+
+def least_squares(Phi: sp.spmatrix, y: np.ndarray) -> np.ndarray:
+    """Normal equations (Phi^T Phi + RIDGE I) c = Phi^T y, solved by sparse LU."""
+    G = (Phi.T @ Phi + RIDGE * sp.identity(Phi.shape[1])).tocsc()
+    return np.atleast_1d(spl.spsolve(G, Phi.T @ y))
+
+
+def resolutions(alpha: Sequence[float], kind: str, K: float) -> list[int]:
+    """Intervals M_c per coordinate at level K: round(2^{K alpha_min/alpha_c}) ("aniso") or round(2^K)."""
+    a = np.asarray(alpha, dtype=float)
+    exps = K * a.min() / a if kind == "aniso" else np.full(a.shape, float(K))
+    return [max(1, int(round(2.0**e))) for e in exps]
+
+
+def atoms(M: Sequence[int]) -> int:
+    """Number of hat atoms of the grid with M_c intervals: prod_c (M_c + 1)."""
+    return int(np.prod([m + 1 for m in M]))
+
+
+@dataclass
+class Fit:
+    """One least-squares fit: the level used, its dictionary size and the test MSE."""
+
+    level: float
+    atoms: int
+    test_mse: float
+
+
+def _sample(target: Callable, D: int, n: int, seed: int, noise: float, n_test: int):
+    gen = torch.Generator().manual_seed(1000 * seed + n % 997)
+    X = torch.rand(n, D, generator=gen, dtype=DTYPE)
+    y = target(X) + noise * torch.randn(n, generator=gen, dtype=DTYPE)
+    Xt = torch.rand(n_test, D, generator=gen, dtype=DTYPE)
+    return X.numpy(), y.numpy(), Xt.numpy(), target(Xt).numpy()
+
+
+def _holdout_level(alpha, kind, X, y, clip: float, step: float, max_atoms: int) -> float:
+    """The level K (multiples of ``step``) with the least validation error against the noisy y."""
+    n_fit = int(round((1 - HOLDOUT) * len(y)))
+    best, K, seen = (math.inf, None), 0.0, set()
+    while atoms(resolutions(alpha, kind, K)) <= min(n_fit / MIN_SAMPLES, max_atoms):
+        M = tuple(resolutions(alpha, kind, K))
+        if M not in seen:
+            seen.add(M)
+            coef = least_squares(sparse_hat_features(X[:n_fit], M), y[:n_fit])
+            pred = np.clip(sparse_hat_features(X[n_fit:], M) @ coef, -clip, clip)
+            best = min(best, (float(np.mean((pred - y[n_fit:]) ** 2)), K), key=lambda b: b[0])
+        K += step
+    if best[1] is None:
+        raise ValueError(f"n = {len(y)} is too small for even the coarsest grid ({MIN_SAMPLES} samples per atom)")
+    return best[1]
+
+
+def sieve_fit(target: Callable[[torch.Tensor], torch.Tensor], alpha: Sequence[float], kind: str, n: int,
+              seed: int, noise: float = 1.0, clip: Optional[float] = None, level: Optional[float] = None,
+              step: float = 0.25, max_atoms: int = 10**6, n_test: int = 4000) -> Fit:
+    """Least squares from n samples y = target(x) + N(0, noise^2), x uniform on [0, 1]^D, predictions
+    clipped to [-clip, clip] when given (the paper's truncation at F). ``level`` None: K chosen on the last 20% of
+    the samples among the grids with >= 4 samples per atom, then refitted on all n; else K = ``level``."""
+    kind = validate.choice("kind", kind, GRIDS)
+    smoothness(alpha)
+    n, seed = validate.positive_int("n", n, 2), validate.positive_int("seed", seed, 0)
+    noise = validate.real("noise", noise, low=0)
+    clip = math.inf if clip is None else validate.real("clip", clip, low=0, low_open=True)
+    step = validate.real("step", step, low=0, low_open=True)
+    X, y, Xt, ft = _sample(target, len(alpha), n, seed, noise, validate.positive_int("n_test", n_test))
+    K = _holdout_level(alpha, kind, X, y, clip, step, max_atoms) if level is None else validate.real("level", level, low=0)
+    M = resolutions(alpha, kind, K)
+    coef = least_squares(sparse_hat_features(X, M), y)
+    mse = float(np.mean((np.clip(sparse_hat_features(Xt, M) @ coef, -clip, clip) - ft) ** 2))
+    return Fit(K, atoms(M), mse)
 
 
 def best_grid_mse(target: Callable[[torch.Tensor], torch.Tensor], alpha: Sequence[float], kind: str, n: int,
-                  seed: int, max_atoms: int, n_test: int = 5000, max_level: int = 12) -> float:
-    """The best held-out MSE over levels K of the ``kind`` grid ("aniso": k_c = floor(K min(alpha)/alpha_c),
-    "iso": k_c = K), from n noisy samples (noise N(0, 1)); grids with fewer than 4 samples per atom are skipped."""
-    kind = validate.choice("kind", kind, GRIDS)
-    n, max_atoms = validate.positive_int("n", n), validate.positive_int("max_atoms", max_atoms)
-    gen = torch.Generator().manual_seed(1000 * validate.positive_int("seed", seed, 0) + n % 997)
-    D = len(alpha)
-    X = torch.rand(n, D, generator=gen, dtype=DTYPE)
-    y = target(X) + torch.randn(n, generator=gen, dtype=DTYPE)
-    Xt = torch.rand(n_test, D, generator=gen, dtype=DTYPE)
-    ft = target(Xt)
-    errs = []
-    for K in range(0, max_level):
-        k = levels(np.array(alpha)[:, None], K)[:, 0] if kind == "aniso" else [K] * D
-        if np.prod(2.0 ** np.array(k) + 1) > min(n / 4, max_atoms):  # >= 4 samples per parameter
-            break
-        errs.append(fit_and_test(k, X, y, Xt, ft))
-    if not errs:
-        raise ValueError(f"n = {n} is too small for even the coarsest grid (4 samples per atom)")
-    return min(errs)
+                  seed: int, max_atoms: int, n_test: int = 5000) -> float:
+    """Test MSE of `sieve_fit` with the hold-out level among grids of at most ``max_atoms`` atoms (noise 1)."""
+    max_atoms = validate.positive_int("max_atoms", max_atoms)
+    return sieve_fit(target, alpha, kind, n, seed, max_atoms=max_atoms, n_test=n_test).test_mse
+
+
+def fitted_slopes(ns: Sequence[int], mse) -> tuple[float, np.ndarray]:
+    """(slope of log mean-over-seeds MSE, per-seed slopes) against log n; ``mse`` is (len(ns), seeds)."""
+    mse = np.asarray(mse, dtype=float)
+    if mse.ndim != 2 or mse.shape[0] != len(ns) or len(ns) < 2 or (mse <= 0).any():
+        raise ValueError(f"mse must be a positive (len(ns) >= 2, seeds) array, got shape {mse.shape}")
+    x = np.log(np.asarray(ns, dtype=float))
+    pooled = float(np.polyfit(x, np.log(mse.mean(1)), 1)[0])
+    return pooled, np.polyfit(x, np.log(mse), 1)[0]

@@ -6,6 +6,9 @@
 * ``risk_exponents(a, eta, D)`` (Theorems 3 and 4, with the balancing exponent's "+3" corrected to -3)
 * ``token_count(K, s, p, version)`` (Theorem 5's t: the statement's s^t >= K + 1/p or the proof's 2K + 1/p)
 * ``balance_fit``: the numerical check of the exponents by minimising the bias-variance bound.
+* ``paper_scope(alpha, m, p)``: (alpha_bar, min(m, m - 1 + 1/p)); Theorems 1-4 assume the first < the second.
+* ``hat_alpha_tilde(alpha)``: the approximation exponent of hat atoms on the paper's anisotropic levels
+  (hats saturate at order 2).
 """
 from __future__ import annotations
 
@@ -45,6 +48,21 @@ def smoothness(alpha) -> tuple[float, float, float]:
         raise ValueError(f"alpha must be a non-empty array-like of positive numbers (inf allowed), got {alpha!r}")
     inv = float(np.sum(1.0 / a))
     return float(a.max()), float(a.min()), (INF if inv == 0 else 1.0 / inv)
+
+
+def paper_scope(alpha, m: int, p=INF) -> tuple[float, float]:
+    """(alpha_bar, min(m, m - 1 + 1/p)): the hypothesis alpha_bar < min(m, m - 1 + 1/p) of Theorems 1-4
+    for B-spline atoms N_m (m = 1: hats)."""
+    m = validate.positive_int("m", m, 1)
+    return smoothness(alpha)[0], min(float(m), m - 1 + _inv(_positive_or_inf("p", p)))
+
+
+def hat_alpha_tilde(alpha, order: float = 2.0) -> float:
+    """alpha_tilde min(1, order / alpha_bar): hats approximate a coordinate of smoothness alpha_c at order
+    min(alpha_c, 2), so on the levels k_c = K alpha_min / alpha_c the error is N~^(-this) instead of
+    N~^(-alpha_tilde) once alpha_bar > 2."""
+    a_max, _, a_tilde = smoothness(alpha)
+    return a_tilde * min(1.0, validate.real("order", order, low=0, low_open=True) / a_max)
 
 
 def D(K: int, dprime: int) -> float:
