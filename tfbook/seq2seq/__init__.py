@@ -11,7 +11,7 @@ Public API (see the chapter book/seq2seq):
   `extract_reference`, `selection_reference`, `importance_values`, and the static baselines of a
   selection target `static_baselines`;
 * the paper's size formulas (`formulas`, each a `tfbook.claims.paper_formula`): `eq7_width`, `eq7_growth`
-  (Lemma D.1, Eq. (7)), `app_e_embedding_width`, `app_e_heads` (App. E);
+  (Lemma D.1, Eq. (7)), `app_e_embedding_width`, `app_e_heads`, `app_e_chi` (App. E);
 * Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `make_motif_dataset`, `TinyViT`; with controls
   (`tfbook.seq2seq.masking_study`): `masking_study` (one seed of the experiment), `random_jaccard`.
 """

@@ -8,8 +8,9 @@ with these values, never with a recount of the same model.
   ``eq7_growth(T_from, T_to, d_max, G, f_max)``: the factor by which L = 2K max{d_max², T², (log G)², log f_max}
   and S = 1764 K d_max² max{...} G grow from T_from to T_to at fixed d_max and G (the unspecified
   constant K cancels; logarithms in base 2, the unit of T).
-* App. E (the proof of Theorem 4.2): ``app_e_embedding_width(d, d_max)`` = D = d + d_max + 2 and
-  ``app_e_heads(d_max)`` = H = d_max (one head per important coordinate).
+* App. E (the proof of Theorem 4.2): ``app_e_embedding_width(d, d_max)`` = D = d + d_max + 2,
+  ``app_e_heads(d_max)`` = H = d_max (one head per important coordinate) and ``app_e_chi(U, H, eps)`` =
+  U² log(2HU/ε), the attention scale at which App. E's extraction bound 2HU e^{−χ/U²} equals ε.
 """
 from __future__ import annotations
 
@@ -45,3 +46,9 @@ def app_e_embedding_width(d: int, d_max: int) -> int:
 def app_e_heads(d_max: int) -> int:
     """App. E's number of heads H = d_max: one head per important coordinate (i_h, j_h)."""
     return d_max
+
+
+@paper_formula
+def app_e_chi(U: int, H: int, eps: float) -> float:
+    """App. E's scale χ = U² log(2HU/ε): its bound 2HU e^{−χ/U²} on the extraction error is then ε."""
+    return U**2 * math.log(2 * H * U / eps)
