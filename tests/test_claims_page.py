@@ -48,11 +48,15 @@ def test_page_lists_claims_in_their_sections_with_counts(tmp_path):
     assert len(chapters) == 1 and chapters[0].counts() == (3, 3)
     page = claims_page.render(chapters)
     assert "| [A chapter about $n$ tokens](ch/01.ipynb) | 1 | 3 | 3 | 0 |" in page
-    assert ("[First `step` (Lemma 1)](ch/01.ipynb#first-step-lemma-1) | Lemma 1 | "
-            "x \\| y (trivial scale 2; bound/trivial 0.500) | paper | 0.500 |") in page
-    assert "[Second step](ch/01.ipynb#second-step) | Lemma 2 | noise | construction | \\< 1e-12 |" in page
-    assert "| - | Lemma 3 | old | construction | 1 |" in page  # no kind stored: the default
-    # counts per kind; without a claims audit, no broken-by counts and a "-" in every row's broken-by column
+    # one folded table per section, linked to the section; no section column
+    assert ":::{dropdown} First `step` (Lemma 1) (1 claim)" in page
+    assert "Checked in [First `step` (Lemma 1)](ch/01.ipynb#first-step-lemma-1)." in page
+    assert "| Lemma 1 | x \\| y (trivial scale 2; bound/trivial 0.500) | paper | 0.500 |" in page
+    assert ":::{dropdown} Second step (1 claim)" in page
+    assert "| Lemma 2 | noise | construction | \\< 1e-12 |" in page
+    assert ":::{dropdown} Claims outside a section (1 claim)" in page
+    assert "| Lemma 3 | old | construction | 1 |" in page  # no kind stored: the default
+    assert "3 claims (2 construction, 1 paper), 3 hold." in page
     assert "| 1 | 3 | 3 | 0 | 2 | 0 | 1 | 0 | - | - | - | - |" in page
     assert page.count("| ✔ yes | - |") == 3
     assert "The claims audit has not run" not in page
@@ -87,3 +91,22 @@ def test_page_shows_the_claims_audit(tmp_path):
     entry["code_hash"] = "another"
     page = claims_page.render(chapters, audit=audit)
     assert "The claims audit has not run on this notebook's current code." in page and "| none |" not in page
+
+
+def test_statement_index_lists_titled_blocks_with_their_labels(tmp_path):
+    from tfbook import statements_page
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(
+        "# Ch\n\n```{prf:lemma} Product of $N$ terms (Lemma 4)\n:label: ch-lem4\n\nText.\n```\n\n"
+        "```{prf:proof}\nNo statement.\n```\n\n:::{prf:theorem} Unlabelled\nText.\n:::\n\n"
+        ":::{prf:theorem} Main (Theorem 1)\n:class: dropdown\n:label: ch-thm1\n\nText.\n:::")]
+    path = tmp_path / "book" / "ch" / "01.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+    found = statements_page.read_statements(path)
+    assert found == [statements_page.Statement("lemma", "Product of $N$ terms (Lemma 4)", "ch-lem4"),
+                     statements_page.Statement("theorem", "Main (Theorem 1)", "ch-thm1")]
+    page = statements_page.render(statements_page.collect(tmp_path, [["book/ch/01"]], {"book/ch/01": "Ch"}))
+    assert "| {prf:ref}`Product of N terms (Lemma 4) <ch-lem4>` | lemma | [Ch](ch/01.ipynb) |" in page
+    assert "The 2 theorems" in page and "Unlabelled" not in page

@@ -15,7 +15,8 @@ it has an entry for the notebook's current code cells (same code hash): the sabo
 the claim failed, marked ``†`` where the run stopped before it; ``none`` when no sabotage broke it;
 ``-`` where the audit has no entry.
 
-``python -m tfbook.claims_page`` writes the page; ``--check`` exits 1 if the stored page differs
+``python -m tfbook.claims_page`` writes the page (and `tfbook.statements_page`'s index of statement
+blocks); ``--check`` exits 1 if a stored page differs
 from what the notebooks and the audit give (``make notebooks``, ``make claims-audit`` and
 ``make book-stored`` regenerate it).
 """
@@ -29,7 +30,7 @@ from typing import Any, Optional
 
 import nbformat
 
-from tfbook import claims_audit
+from tfbook import claims_audit, statements_page
 from tfbook.claims import KINDS, MIME, cell_id
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -235,7 +236,8 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
         "*paper* (the paper's mathematics, without a construction) or *experiment* (a trained model or",
         "a statistical experiment). Where a trivial scale is given (the target's norm, or the error of",
         "the model that does nothing), the claim shows it with the ratio bound/trivial.",
-        "Follow a section link to the cell that checks the claim.",
+        "Each notebook's claims are folded by section: open a section to see its table, and follow the",
+        "link above the table to the cell that checks the claims.",
         "",
         "*Broken by* comes from the claims audit (`book/claims_audit.json`, `make claims-audit`): every",
         "notebook is run again under three sabotages of the core layers, *zero* (every layer's update",
@@ -265,42 +267,84 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
         n, h = chapter.counts()
         lines += [f"## {_md(chapter.title)}", "", f"{n} claims, {h} hold.", ""]
         for nb in chapter.notebooks:
-            if not nb.rows:
-                continue
-            found = audited(nb, audit)
-            note = " The claims audit has not run on this notebook's current code." \
-                if audit is not None and found is None else ""
-            lines += [f"### {_md(nb.title)}", "", f"Notebook: {_link(nb.path.split('/')[-1] + '.ipynb', rel(nb.path))}, "
-                      f"{len(nb.rows)} claims.{note}", "",
-                      "| section | ref | claim | kind | measured | bound | measured/bound | holds | broken by |",
-                      "|:---|:---|:---|:---|---:|---:|---:|:---:|:---|"]
-            for (sec, slug, c), a in zip(nb.rows, found or [None] * len(nb.rows)):
-                where = _link(_md(sec), f"{rel(nb.path)}#{slug}") if slug else "-"
-                mark = "✔ yes" if c["holds"] else "**✘ NO**"
-                claim = c["statement"] + (f" (trivial scale {c['trivial']}; bound/trivial {c['bound_over_trivial']})"
-                                          if c.get("trivial") else "")
-                kind = c.get("kind", "construction")  # records of schema 1 have no kind
-                lines.append(f"| {where} | {_esc(c['ref'])} | {_esc(claim)} | {_esc(kind)} | {_esc(c['measured'])} | "
-                             f"{_esc(c['relation'] + ' ' + c['bound'])} | {_esc(c['ratio'])} | {mark} | {_broken_by(a)} |")
-            lines.append("")
+            if nb.rows:
+                lines += _notebook_lines(nb, rel(nb.path), audit)
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _sections(nb: Notebook, found: list) -> list[tuple[str, str, list]]:
+    """The notebook's rows grouped by section, in order: (section title, slug, [(claim, audit entry)])."""
+    groups: dict[str, tuple[str, str, list]] = {}
+    for (sec, slug, c), a in zip(nb.rows, found):
+        groups.setdefault(slug, (sec, slug, []))[2].append((c, a))
+    return list(groups.values())
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _kinds(claims: list[dict[str, Any]]) -> str:
+    counts = [(k, sum(c.get("kind", "construction") == k for c in claims)) for k in KINDS]
+    return ", ".join(f"{n} {k}" for k, n in counts if n)
+
+
+def _notebook_lines(nb: Notebook, link: str, audit: Optional[dict[str, Any]]) -> list[str]:
+    """One heading per notebook, then one folded table per section (claims in the order executed)."""
+    found = audited(nb, audit)
+    note = " The claims audit has not run on this notebook's current code." \
+        if audit is not None and found is None else ""
+    held = sum(bool(r[2]["holds"]) for r in nb.rows)
+    lines = [f"### {_md(nb.title)}", "",
+             f"Notebook: {_link(nb.path.split('/')[-1] + '.ipynb', link)}, {len(nb.rows)} claims "
+             f"({_kinds([r[2] for r in nb.rows])}), {held} hold.{note}", ""]
+    for sec, slug, rows in _sections(nb, found or [None] * len(nb.rows)):
+        failed = sum(not c["holds"] for c, _ in rows)
+        title = (_md(sec) if sec else "Claims outside a section") + f" ({_plural(len(rows), 'claim')}"
+        title += f", **{failed} fail**)" if failed else ")"
+        lines += [f":::{{dropdown}} {title}", ":class-container: tfbook-claims-section"]
+        if failed:
+            lines.append(":open:")
+        lines += ["", (f"Checked in {_link(_md(sec), f'{link}#{slug}')}." if slug else
+                       f"Checked in {_link(nb.path.split('/')[-1] + '.ipynb', link)}."), "",
+                  "| ref | claim | kind | measured | bound | measured/bound | holds | broken by |",
+                  "|:---|:---|:---|---:|---:|---:|:---:|:---|"]
+        for c, a in rows:
+            mark = "✔ yes" if c["holds"] else "**✘ NO**"
+            claim = c["statement"] + (f" (trivial scale {c['trivial']}; bound/trivial {c['bound_over_trivial']})"
+                                      if c.get("trivial") else "")
+            kind = c.get("kind", "construction")  # records of schema 1 have no kind
+            lines.append(f"| {_esc(c['ref'])} | {_esc(claim)} | {_esc(kind)} | {_esc(c['measured'])} | "
+                         f"{_esc(c['relation'] + ' ' + c['bound'])} | {_esc(c['ratio'])} | {mark} | {_broken_by(a)} |")
+        lines += ["", ":::", ""]
+    return lines
+
+
+def pages(root: pathlib.Path = ROOT) -> dict[str, str]:
+    """The generated pages (path relative to ``root`` -> text): this one and `tfbook.statements_page`'s."""
+    chapters = collect(root)
+    titles = {nb.path: _md(nb.title) for c in chapters for nb in c.notebooks}
+    statements = statements_page.collect(root, toc_chapters(root), titles)
+    return {PAGE: render(chapters, audit=claims_audit.load(root / claims_audit.AUDIT)),
+            statements_page.PAGE: statements_page.render(statements)}
+
+
 def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:
-    parser = argparse.ArgumentParser(description="generate book/claims.md from the stored notebooks")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the stored page is stale")
+    parser = argparse.ArgumentParser(description="generate book/claims.md and book/statements.md from the stored notebooks")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a stored page is stale")
     args = parser.parse_args(argv)
-    text = render(collect(root), audit=claims_audit.load(root / claims_audit.AUDIT))
-    path = root / PAGE
-    if args.check:
-        if not path.exists() or path.read_text() != text:
-            print(f"{PAGE} is stale: run `python -m tfbook.claims_page`")
-            return 1
-        return 0
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-        print(f"{PAGE} written")
-    return 0
+    stale = 0
+    for page, text in pages(root).items():
+        path = root / page
+        if path.exists() and path.read_text() == text:
+            continue
+        if args.check:
+            print(f"{page} is stale: run `python -m tfbook.claims_page`")
+            stale = 1
+        else:
+            path.write_text(text)
+            print(f"{page} written")
+    return stale
 
 
 if __name__ == "__main__":
