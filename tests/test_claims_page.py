@@ -110,3 +110,19 @@ def test_statement_index_lists_titled_blocks_with_their_labels(tmp_path):
     page = statements_page.render(statements_page.collect(tmp_path, [["book/ch/01"]], {"book/ch/01": "Ch"}))
     assert "| {prf:ref}`Product of N terms (Lemma 4) <ch-lem4>` | lemma | [Ch](ch/01.ipynb) |" in page
     assert "The 2 theorems" in page and "Unlabelled" not in page
+
+
+def test_run_page_lists_every_notebook_with_its_recorded_times(tmp_path):
+    from tfbook import repository, run_page
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["tfbook"] = {"quick_seconds": 42, "full_seconds_cpu": 600, "full_seconds_gpu": 90}
+    path = tmp_path / "book" / "ch" / "01.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+    rows = run_page.collect(tmp_path, [["book/ch/01"]], {"book/ch/01": "Ch"})
+    private = run_page.render(rows, repository.Repository("https://example.org/x", False))
+    assert "| [Ch](ch/01.ipynb) | 42 s | 10 min | 90 s |" in private
+    assert "Binder or Colab**: not yet" in private
+    public = run_page.render(rows, repository.Repository("https://example.org/x", True))
+    assert "not yet" not in public and "rocket menu" in public

@@ -55,7 +55,8 @@ class Page(html.parser.HTMLParser):
 
 
 def pages():
-    files = ["book/intro"] + [f for chapter in toc_chapters(ROOT) for f in chapter]
+    files = ["book/intro", "book/run", "book/claims", "book/statements", "book/full_results"]
+    files += [f for chapter in toc_chapters(ROOT) for f in chapter]
     return sorted(set(files))
 
 
@@ -69,6 +70,18 @@ def parse(name: str) -> Page:
 def built():
     if not (HTML / "index.html").exists():
         pytest.skip("no _build/html: run make book-stored first")
+
+
+@pytest.mark.parametrize("name", pages())
+def test_no_page_links_to_an_unpublished_repository(name):
+    from tfbook.repository import settings
+
+    repo = settings(ROOT / "_config.yml")
+    if repo.public:
+        pytest.skip("the repository is public: its buttons are wanted")
+    text = (HTML / f"{name}.html").read_text(encoding="utf-8")
+    for target in (repo.url, "mybinder.org", "colab.research.google.com"):
+        assert target not in text, f"{name} links to {target} while repository.public is false"
 
 
 @pytest.mark.parametrize("name", pages())

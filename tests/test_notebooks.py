@@ -4,24 +4,59 @@ import pathlib
 import nbformat
 import pytest
 
-from tfbook import notebooks
+from tfbook import notebooks, repository
 from tfbook.claims_page import toc_chapters
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BOOK = [f for chapter in toc_chapters(ROOT) for f in chapter]
 
 
-def test_install_cell_uses_the_configured_repository():
-    url = notebooks.repository_url()
+def test_install_cell_installs_from_the_repository_only_once_it_is_public():
+    repo = repository.settings()
+    public = notebooks.install_cell_source(public=True)
+    private = notebooks.install_cell_source(public=False)
+    assert f"git+{repo.url}" in public and "pip" in public
+    assert "git+" not in private and "pip" not in private and "ModuleNotFoundError" in private
+    for source in (public, private):
+        assert source.startswith(notebooks.INSTALL_MARK)
+        compile(source, "install-cell", "exec")
+        exec(compile(source, "install-cell", "exec"), {})  # tfbook is installed here: does nothing
+    assert notebooks.install_cell_source() == (public if repo.public else private)
     source = notebooks.install_cell_source()
-    assert f"git+{url}" in source and source.startswith(notebooks.INSTALL_MARK)
-    compile(source, "install-cell", "exec")
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# t"), nbformat.v4.new_code_cell("x = 1")]
     assert notebooks.ensure_install_cell(nb) and not notebooks.ensure_install_cell(nb)
     assert nb.cells[0].source == source and nb.cells[0].metadata["tags"] == list(notebooks.INSTALL_TAGS)
-    nb.cells[0].source = source.replace(url, "https://example.org/old")
+    nb.cells[0].source = public.replace(repo.url, "https://example.org/old")
     assert notebooks.ensure_install_cell(nb) and nb.cells[0].source == source and len(nb.cells) == 3
+
+
+def test_repository_switch_is_validated(tmp_path):
+    config = tmp_path / "_config.yml"
+    config.write_text("repository:\n  url: https://example.org/x\n")
+    assert repository.settings(config) == repository.Repository("https://example.org/x", False)
+    config.write_text("repository:\n  url: https://example.org/x\n  public: yes please\n")
+    with pytest.raises(ValueError, match="repository.public .* must be true or false"):
+        repository.settings(config)
+    config.write_text("repository:\n  url: git@example.org:x\n")
+    with pytest.raises(ValueError, match="repository.url .* must be an https URL"):
+        repository.settings(config)
+
+
+def test_unpublished_repository_removes_every_button(tmp_path):
+    from types import SimpleNamespace
+
+    from tfbook.sphinx_repository import hide_unpublished_buttons
+
+    options = {"launch_buttons": {"binderhub_url": "https://mybinder.org", "colab_url": "https://colab",
+                                  "thebe": True, "notebook_interface": "jupyterlab"},
+               "repository_url": "https://example.org/x", "use_repository_button": True}
+    for public, expected in (("false", ""), ("true", "https://mybinder.org")):
+        (tmp_path / "_config.yml").write_text(f"repository:\n  url: https://example.org/x\n  public: {public}\n")
+        config = SimpleNamespace(html_theme_options=dict(options))
+        hide_unpublished_buttons(SimpleNamespace(srcdir=str(tmp_path)), config)
+        assert config.html_theme_options["launch_buttons"]["binderhub_url"] == expected
+        assert config.html_theme_options["use_repository_button"] is (public == "true")
 
 
 @pytest.mark.parametrize("name", BOOK)

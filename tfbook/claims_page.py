@@ -16,7 +16,7 @@ the claim failed, marked ``†`` where the run stopped before it; ``none`` when 
 ``-`` where the audit has no entry.
 
 ``python -m tfbook.claims_page`` writes the page (and `tfbook.statements_page`'s index of statement
-blocks); ``--check`` exits 1 if a stored page differs
+blocks and `tfbook.run_page`'s run times); ``--check`` exits 1 if a stored page differs
 from what the notebooks and the audit give (``make notebooks``, ``make claims-audit`` and
 ``make book-stored`` regenerate it).
 """
@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import nbformat
 
-from tfbook import claims_audit, statements_page
+from tfbook import claims_audit, repository, run_page, statements_page
 from tfbook.claims import KINDS, MIME, cell_id
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -321,12 +321,16 @@ def _notebook_lines(nb: Notebook, link: str, audit: Optional[dict[str, Any]]) ->
 
 
 def pages(root: pathlib.Path = ROOT) -> dict[str, str]:
-    """The generated pages (path relative to ``root`` -> text): this one and `tfbook.statements_page`'s."""
+    """The generated pages (path relative to ``root`` -> text): this one, `tfbook.statements_page`'s and
+    `tfbook.run_page`'s."""
     chapters = collect(root)
     titles = {nb.path: _md(nb.title) for c in chapters for nb in c.notebooks}
-    statements = statements_page.collect(root, toc_chapters(root), titles)
+    toc = toc_chapters(root)
+    config = root / "_config.yml"
+    repo = repository.settings(config) if config.exists() else repository.Repository("", False)
     return {PAGE: render(chapters, audit=claims_audit.load(root / claims_audit.AUDIT)),
-            statements_page.PAGE: statements_page.render(statements)}
+            statements_page.PAGE: statements_page.render(statements_page.collect(root, toc, titles)),
+            run_page.PAGE: run_page.render(run_page.collect(root, toc, titles), repo)}
 
 
 def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:

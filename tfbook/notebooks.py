@@ -11,8 +11,9 @@
 ``python -m tfbook.notebooks claims-page [--check]``
     regenerates ``book/claims.md`` from the stored outputs (``--check``: fail if it is stale).
 
-The install cell makes a notebook run where tfbook is not installed (Colab, a bare kernel): it
-installs the package from the repository named in ``_config.yml`` (the one place the URL lives).
+The install cell makes a notebook run where tfbook is not installed (Colab, a bare kernel): once
+``repository.public`` is true in ``_config.yml`` it installs the package from the repository named
+there (the one place the URL lives); before that it installs nothing and says how to run the book.
 It is tagged ``remove-cell`` (hidden in the book) and ``nbval-skip`` (not run by the tests).
 
 Every notebook the project runs goes through one executor, `execute_notebook`: ``make book``,
@@ -49,29 +50,32 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from traitlets import Float
 
+from tfbook import repository
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 INSTALL_TAGS = ("remove-cell", "nbval-skip")
 INSTALL_MARK = "# Install tfbook when it is missing"
 
 
-def repository_url(config: Optional[pathlib.Path] = None) -> str:
-    """The repository URL from ``_config.yml`` (``repository.url``)."""
-    import yaml
-
-    path = config or ROOT / "_config.yml"
-    url = (yaml.safe_load(path.read_text()) or {}).get("repository", {}).get("url", "")
-    if not isinstance(url, str) or not url.startswith("https://"):
-        raise ValueError(f"repository.url in {path} must be an https URL, got {url!r}")
-    return url.rstrip("/")
-
-
-def install_cell_source(url: Optional[str] = None) -> str:
+def install_cell_source(url: Optional[str] = None, public: Optional[bool] = None) -> str:
     """The source of the first cell of every notebook (installs tfbook when it is missing).
 
-    Where torch is already installed (Colab), tfbook is installed without its dependencies so the
-    platform's torch build is kept; the light dependencies are installed if missing.
+    ``url`` and ``public`` default to ``_config.yml``'s `tfbook.repository.settings`. While the
+    repository is not public the cell installs nothing: it only says how to run the notebook where
+    tfbook is missing. Once public, it installs tfbook from the repository; where torch is already
+    installed (Colab), without its dependencies so the platform's torch build is kept, and the light
+    dependencies if missing.
     """
-    url = url or repository_url()
+    repo = repository.settings()
+    url, public = (url or repo.url).rstrip("/"), repo.public if public is None else public
+    if not public:
+        return "\n".join([
+            f"{INSTALL_MARK}: the repository is not public yet, so nothing is installed here.",
+            "import importlib.util",
+            'if importlib.util.find_spec("tfbook") is None:',
+            '    raise ModuleNotFoundError("tfbook is not installed: run this notebook from a clone of the "',
+            '                              "book (make lab), see the page Run this book")',
+        ])
     return "\n".join([
         f"{INSTALL_MARK} (e.g. on Colab); hidden in the book, skipped by the tests.",
         "import importlib.util, subprocess, sys",
