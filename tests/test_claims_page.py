@@ -126,3 +126,21 @@ def test_run_page_lists_every_notebook_with_its_recorded_times(tmp_path):
     assert "Binder or Colab**: not yet" in private
     public = run_page.render(rows, repository.Repository("https://example.org/x", True))
     assert "not yet" not in public and "rocket menu" in public
+
+
+def test_claim_references_link_to_the_statement_block_they_name(tmp_path):
+    path = tmp_path / "book" / "ch" / "01.ipynb"
+    _notebook_with_records(path)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(
+        ":::{prf:definition} Constants of Lemma 1\n:label: ch-const\n\nText.\n:::\n\n"
+        ":::{prf:lemma} Product (Lemma 1)\n:label: ch-lem1\n\nText.\n:::"))
+    nbformat.write(nb, path)
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/ch/01\n")
+    chapters = claims_page.collect(tmp_path)
+    assert chapters[0].labels == {("lemma", "1"): "ch-lem1"}
+    page = claims_page.render(chapters)
+    assert "| {prf:ref}`Lemma 1 <ch-lem1>` | x \\| y" in page  # the block named in its parenthesis
+    assert "| Lemma 2 | noise |" in page  # no block: plain text
+    assert claims_page.statement_key("Thm 4.2 (construction)", start=True) == [("theorem", "4.2")]
+    assert claims_page.statement_key("see Thm 4.2", start=True) == []

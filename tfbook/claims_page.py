@@ -53,6 +53,7 @@ class Notebook:
 class Chapter:
     title: str
     notebooks: list[Notebook] = field(default_factory=list)
+    labels: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, number) -> statement label
 
     def counts(self) -> tuple[int, int]:
         rows = [r for nb in self.notebooks for r in nb.rows]
@@ -155,11 +156,32 @@ def stored_records(nb: nbformat.NotebookNode) -> list[tuple[dict[str, Any], Any]
     return finals
 
 
+_NUMBERED = re.compile(r"\b(Lemma|Thm|Theorem|Prop|Proposition|Def|Definition|Cor|Corollary)\.?\s+([A-Z]?\d+(?:\.\d+)*)")
+_KIND = {"thm": "theorem", "prop": "proposition", "def": "definition", "cor": "corollary"}
+
+
+def statement_key(text: str, start: bool = False) -> list[tuple[str, str]]:
+    """The (kind, number) pairs named in ``text`` ("Thm 4.2" and "Theorem 4.2" both give ("theorem",
+    "4.2")); with ``start``, only a name at the very beginning."""
+    found = [_NUMBERED.match(text)] if start else list(_NUMBERED.finditer(text))
+    return [(_KIND.get(m.group(1).lower(), m.group(1).lower()), m.group(2)) for m in found if m]
+
+
 def collect(root: pathlib.Path = ROOT) -> list[Chapter]:
     chapters = []
     for files in toc_chapters(root):
         notebooks = [read_notebook(root / f"{f}.ipynb", f) for f in files]
-        chapters.append(Chapter(notebooks[0].title, notebooks))
+        labels: dict[tuple[str, str], str] = {}
+        statements = [st for f in files for st in statements_page.read_statements(root / f"{f}.ipynb")]
+        # the block that carries the number in its parenthesis, then one of the named kind, then any
+        # ("Approximation (Theorem 1)" before "One block of Theorem 1" before "Constants of Theorem 1")
+        for rank in range(3):
+            for st in statements:
+                named = " ".join(re.findall(r"\(([^)]*)\)", st.title)) if rank == 0 else st.title
+                for key in statement_key(named):
+                    if key[0] == st.kind or rank == 2:
+                        labels.setdefault(key, st.label)
+        chapters.append(Chapter(notebooks[0].title, notebooks, labels))
     return chapters
 
 
@@ -268,7 +290,7 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
         lines += [f"## {_md(chapter.title)}", "", f"{n} claims, {h} hold.", ""]
         for nb in chapter.notebooks:
             if nb.rows:
-                lines += _notebook_lines(nb, rel(nb.path), audit)
+                lines += _notebook_lines(nb, rel(nb.path), audit, chapter.labels)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -289,7 +311,17 @@ def _kinds(claims: list[dict[str, Any]]) -> str:
     return ", ".join(f"{n} {k}" for k, n in counts if n)
 
 
-def _notebook_lines(nb: Notebook, link: str, audit: Optional[dict[str, Any]]) -> list[str]:
+def _ref(ref: str, labels: dict[tuple[str, str], str]) -> str:
+    """A claim's paper reference, linked to the chapter's statement block when it names one."""
+    key = statement_key(ref, start=True)
+    label = labels.get(key[0]) if key else None
+    if label is None or re.search(r"[`<>|]", ref):
+        return _esc(ref)
+    return f"{{prf:ref}}`{ref} <{label}>`"
+
+
+def _notebook_lines(nb: Notebook, link: str, audit: Optional[dict[str, Any]],
+                    labels: Optional[dict[tuple[str, str], str]] = None) -> list[str]:
     """One heading per notebook, then one folded table per section (claims in the order executed)."""
     found = audited(nb, audit)
     note = " The claims audit has not run on this notebook's current code." \
@@ -314,7 +346,7 @@ def _notebook_lines(nb: Notebook, link: str, audit: Optional[dict[str, Any]]) ->
             claim = c["statement"] + (f" (trivial scale {c['trivial']}; bound/trivial {c['bound_over_trivial']})"
                                       if c.get("trivial") else "")
             kind = c.get("kind", "construction")  # records of schema 1 have no kind
-            lines.append(f"| {_esc(c['ref'])} | {_esc(claim)} | {_esc(kind)} | {_esc(c['measured'])} | "
+            lines.append(f"| {_ref(c['ref'], labels or {})} | {_esc(claim)} | {_esc(kind)} | {_esc(c['measured'])} | "
                          f"{_esc(c['relation'] + ' ' + c['bound'])} | {_esc(c['ratio'])} | {mark} | {_broken_by(a)} |")
         lines += ["", ":::", ""]
     return lines
