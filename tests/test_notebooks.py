@@ -99,3 +99,27 @@ def test_every_statement_reference_has_its_text_and_target():
         match = re.fullmatch(r"(.+\S)\s*<([^>]+)>", ref)
         assert match, f"{where}: {{prf:ref}}`{ref}` has no reference text (write `text <{ref}>`)"
         assert match.group(2) in labels, f"{where}: {{prf:ref}} to an unknown label {match.group(2)}"
+
+
+def test_folding_rule():
+    code = nbformat.v4.new_code_cell
+    assert notebooks.folds(code("fig, ax = plotting.subplots(1, 2)\nax.plot(x)\nplt.show()"))
+    assert notebooks.folds(code("import ipywidgets as widgets\nwidgets.interact(f, n=(1, 9))"))
+    assert notebooks.folds(code("claims.show()\nmore.show()  # both tables"))
+    assert not notebooks.folds(code("err = model(X) - f(X)\nclaims.check('Lemma 1', 'x', err, 1.0)\nclaims.show()"))
+    assert not notebooks.folds(nbformat.v4.new_markdown_cell("plt.show()"))
+    assert not notebooks.folds(code(notebooks.install_cell_source()))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [code("plt.show()"), code("x = 1")]
+    assert notebooks.fold_cells(nb) == 1 and notebooks.fold_cells(nb) == 0
+    assert nb.cells[0].metadata["tags"] == [notebooks.FOLD_TAG] and "tags" not in nb.cells[1].metadata
+
+
+@pytest.mark.parametrize("name", BOOK)
+def test_figure_widget_and_table_cells_are_folded(name):
+    nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
+    unfolded = [i for i, c in enumerate(nb.cells) if notebooks.folds(c)
+                and notebooks.FOLD_TAG not in c.metadata.get("tags", [])]
+    assert not unfolded, f"cells {unfolded} should be folded: python -m tfbook.notebooks fold {name}.ipynb"
+    removed = [i for i, c in enumerate(nb.cells) if "remove-input" in c.metadata.get("tags", [])]
+    assert not removed, f"cells {removed} hide their input entirely: fold them (hide-input) instead"

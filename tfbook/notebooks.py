@@ -8,6 +8,9 @@
     executes every notebook there and regenerates the claims page of the copy (`build_copy`).
 ``python -m tfbook.notebooks install-cell NB.ipynb ...``
     puts the install cell (`install_cell_source`) first in each notebook, or updates it.
+``python -m tfbook.notebooks fold NB.ipynb ...``
+    tags the cells that draw a figure, build a widget or only show claims tables ``hide-input``
+    (`folds`): the book shows their output and folds their code behind a toggle.
 ``python -m tfbook.notebooks claims-page [--check]``
     regenerates ``book/claims.md`` from the stored outputs (``--check``: fail if it is stale).
 
@@ -115,6 +118,31 @@ def ensure_install_cell(nb, url: Optional[str] = None) -> bool:
         cell["id"] = "install-tfbook"
     nb.cells.insert(0, cell)
     return True
+
+
+FOLD_TAG = "hide-input"
+_PLOTS = re.compile(r"\bplt\.show\(|\.savefig\(|\bsubplots\(|\bplt\.figure\(|\.imshow\(")
+_WIDGETS = re.compile(r"\bipywidgets\b|\binteract(?:ive)?\(")
+_TABLES_ONLY = re.compile(r"^(?:\s*\w+\.show\(\)[ \t]*(?:#[^\n]*)?\n?)+\s*$")
+
+
+def folds(cell) -> bool:
+    """Whether a code cell is folded in the book (its input hidden behind a toggle, its output shown):
+    a cell that draws a figure, builds a widget, or only shows claims tables."""
+    if cell.cell_type != "code" or is_install_cell(cell):
+        return False
+    return bool(_PLOTS.search(cell.source) or _WIDGETS.search(cell.source) or _TABLES_ONLY.match(cell.source))
+
+
+def fold_cells(nb) -> int:
+    """Tag every cell that `folds` with ``hide-input``; return how many tags were added."""
+    added = 0
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if folds(cell) and FOLD_TAG not in tags:
+            cell.metadata["tags"] = list(tags) + [FOLD_TAG]
+            added += 1
+    return added
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -493,22 +521,22 @@ def build_copy(dest: pathlib.Path = BUILD_COPY, jobs: int = 2, root: pathlib.Pat
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="maintain the book's notebooks")
-    parser.add_argument("command", choices=["execute", "install-cell", "claims-page", "build-copy"])
+    parser.add_argument("command", choices=["execute", "install-cell", "fold", "claims-page", "build-copy"])
     parser.add_argument("notebooks", nargs="*", type=pathlib.Path,
                         help="the notebooks (build-copy: at most one path, the destination folder)")
     parser.add_argument("--check", action="store_true", help="claims-page: fail if book/claims.md is stale")
     parser.add_argument("--jobs", type=int, default=2, help="execute, build-copy: notebooks run at a time")
     args = parser.parse_intermixed_args(argv)
-    if args.command in ("execute", "install-cell") and not args.notebooks:
+    if args.command in ("execute", "install-cell", "fold") and not args.notebooks:
         parser.error(f"{args.command} needs at least one notebook")
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    if args.command == "install-cell":
+    if args.command in ("install-cell", "fold"):
         for path in args.notebooks:
             nb = nbformat.read(path, as_version=4)
-            if ensure_install_cell(nb):
+            if ensure_install_cell(nb) if args.command == "install-cell" else fold_cells(nb):
                 nbformat.write(nb, path)
-                print(f"{path}: install cell written")
+                print(f"{path}: {'install cell written' if args.command == 'install-cell' else 'cells folded'}")
         return
     if args.command == "build-copy":
         if len(args.notebooks) > 1:
