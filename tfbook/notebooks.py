@@ -122,7 +122,7 @@ def ensure_install_cell(nb, url: Optional[str] = None) -> bool:
 
 FOLD_TAG = "hide-input"
 _PLOTS = re.compile(r"\bplt\.show\(|\.savefig\(|\bsubplots\(|\bplt\.figure\(|\.imshow\(")
-_WIDGETS = re.compile(r"\bipywidgets\b|\binteract(?:ive)?\(")
+_WIDGETS = re.compile(r"\binteract(?:ive)?\(|\bwidgets\.\w+\(")  # building one, not importing
 _TABLES_ONLY = re.compile(r"^(?:\s*\w+\.show\(\)[ \t]*(?:#[^\n]*)?\n?)+\s*$")
 
 
@@ -135,14 +135,14 @@ def folds(cell) -> bool:
 
 
 def fold_cells(nb) -> int:
-    """Tag every cell that `folds` with ``hide-input``; return how many tags were added."""
-    added = 0
+    """Tag the cells that `folds` with ``hide-input`` and untag the others; return how many changed."""
+    changed = 0
     for cell in nb.cells:
         tags = cell.metadata.get("tags", [])
-        if folds(cell) and FOLD_TAG not in tags:
-            cell.metadata["tags"] = list(tags) + [FOLD_TAG]
-            added += 1
-    return added
+        if folds(cell) != (FOLD_TAG in tags):
+            cell.metadata["tags"] = list(tags) + [FOLD_TAG] if folds(cell) else [t for t in tags if t != FOLD_TAG]
+            changed += 1
+    return changed
 
 
 # ---------------------------------------------------------------------------------------------------
