@@ -4,14 +4,16 @@
 predicted probability of the correct class (ties to the smallest index). `global_greedy_mask`
 chooses one mask shared by a set of inputs (a "fixed smoothness" baseline); `jaccard` compares
 kept-token sets. `make_motif_dataset` builds the controlled synthetic images of the chapter (a class
-motif at a random location among distractors). `TinyViT` is a small vision transformer with the 2-D sinusoidal positional
-encoding of Remark 4.3, trained in float32 (torch's own encoder layers: this model is trained,
-not constructed).
+motif at a random location among distractors). `TinyViT` is a small vision transformer with the 2-D
+sinusoidal positional encoding of Remark 4.3, trained in float32 (torch's own encoder layers: this model
+is trained, not constructed; the last layer is evaluated for the CLS token only, the one row the head
+reads). `train_classifiers` trains the models of several seeds at once, as one batched model.
 """
 from __future__ import annotations
 
+import copy
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -87,19 +89,19 @@ def global_greedy_mask(predict: Predict, X: torch.Tensor, labels, steps: Optiona
                              f"got {labels.min().item()}..{labels.max().item()}")
         probs = [float(first[rows, labels].mean())]
         order = []
+        b, d, N = X.shape
         for _ in range(steps):
-            cand = torch.nonzero(~masked).flatten()
-            scores = []
-            for c in cand.tolist():
-                trial = current.clone()
-                trial[:, :, c] = mask_value
-                scores.append(float(predict(trial)[rows, labels].mean()))
-            best = int(torch.argmax(torch.tensor(scores)))
+            cand = torch.nonzero(~masked).flatten()  # (C,) ascending
+            trial = current[None].repeat(len(cand), 1, 1, 1)  # (C, b, d, N): candidate c masked in row c
+            trial[torch.arange(len(cand)), :, :, cand] = mask_value
+            p = predict(trial.reshape(-1, d, N)).reshape(len(cand), b, -1)  # (C, b, classes)
+            scores = p[:, rows, labels].mean(1)  # (C,) mean p(label_b) with candidate c masked
+            best = int(torch.argmax(scores))  # first maximum = smallest index
             tok = int(cand[best])
             current[:, :, tok] = mask_value
             masked[tok] = True
             order.append(tok)
-            probs.append(scores[best])
+            probs.append(float(scores[best]))
     return torch.tensor(order, dtype=torch.long), torch.tensor(probs, dtype=torch.float64)
 
 
@@ -167,6 +169,30 @@ def sinusoidal_2d(rows: int, cols: int, dim: int) -> torch.Tensor:
     return torch.cat([torch.cos(i), torch.sin(i), torch.cos(j), torch.sin(j)], dim=1)
 
 
+def _cls_layer(layer: nn.TransformerEncoderLayer, T: torch.Tensor) -> torch.Tensor:
+    """(b, dim): the CLS row (token 0) of a pre-norm ReLU ``layer`` without dropout applied to T (b, n, dim).
+
+    The head reads only the CLS row of the last layer, and a layer mixes tokens only through the queries'
+    attention, so the other n - 1 query rows and their feed-forward passes are skipped. With one query the
+    key and value maps fold into it: the score of token j in head h is h_j . (W_k,h^T q_h) plus a constant
+    (b_k,h . q_h, which the softmax drops), and the head's output is W_v,h (sum_j w_hj h_j) + b_v,h since the
+    weights w_hj sum to 1. The same function as the layer's CLS row, at a fraction of the cost."""
+    attn = layer.self_attn
+    b, n, dim = T.shape
+    heads = attn.num_heads
+    dh = dim // heads
+    h = layer.norm1(T)  # (b, n, dim)
+    W, bias = attn.in_proj_weight, attn.in_proj_bias  # (3 dim, dim), (3 dim,)
+    q = nn.functional.linear(h[:, 0], W[:dim], bias[:dim]).view(b, heads, dh)  # (b, heads, dh)
+    u = torch.einsum("bhe,hec->bch", q, W[dim:2 * dim].view(heads, dh, dim)) / math.sqrt(dh)  # (b, dim, heads)
+    w = torch.softmax(torch.bmm(h, u), dim=1)  # (b, n, heads): attention of the CLS query
+    z = torch.bmm(w.transpose(1, 2), h)  # (b, heads, dim)
+    Wv = W[2 * dim:].view(heads, dh, dim)
+    a = torch.einsum("bhc,hec->bhe", z, Wv).reshape(b, dim) + bias[2 * dim:]  # (b, dim): heads concatenated
+    x = T[:, 0] + attn.out_proj(a)  # (b, dim)
+    return x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
+
+
 class TinyViT(nn.Module):
     """Tokens (b, d, N) on a rows x cols grid -> class probabilities; linear embedding, fixed 2-D PE, CLS token."""
 
@@ -181,9 +207,12 @@ class TinyViT(nn.Module):
         self.head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, classes))
 
     def logits(self, X: torch.Tensor) -> torch.Tensor:
+        """(b, classes) logits; the last layer is evaluated for the CLS token only (`_cls_layer`)."""
         T = self.embed(X.transpose(1, 2).float()) + self.pe  # (b, N, dim)
-        T = torch.cat([self.cls.expand(T.shape[0], -1, -1), T], dim=1)
-        return self.head(self.encoder(T)[:, 0])
+        T = torch.cat([self.cls.expand(T.shape[0], -1, -1), T], dim=1)  # (b, 1 + N, dim)
+        for layer in self.encoder.layers[:-1]:
+            T = layer(T)
+        return self.head(_cls_layer(self.encoder.layers[-1], T))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.logits(X), dim=-1)
@@ -207,3 +236,58 @@ def train_classifier(model: nn.Module, X: torch.Tensor, y: torch.Tensor, epochs:
             total += float(loss.detach()) * len(idx)
         losses.append(total / X.shape[0])
     return losses
+
+
+class _Logits(nn.Module):
+    """``model.logits`` as a module's forward (for `torch.func.functional_call`)."""
+
+    def __init__(self, model: TinyViT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.model.logits(X)
+
+
+def train_classifiers(models: Sequence[TinyViT], X: torch.Tensor, y: torch.Tensor, epochs: int, seeds: Sequence[int],
+                      lr: float = 3e-3, batch: int = 64) -> list[list[float]]:
+    """`train_classifier` for several models at once, model s with ``seeds[s]``; returns each one's losses.
+
+    The models (same architecture, their own initial weights) are stacked along a leading axis and trained
+    as one `torch.vmap`-ed model, so the per-step overhead of this small model is paid once for all of them.
+    They stay independent: model s sees the batches of `train_classifier` with ``seed = seeds[s]``, its
+    loss is its own mean cross-entropy and Adam acts entry by entry, so the gradient and the update of
+    model s depend on model s only. The trained weights are written back into ``models``."""
+    if len(models) != len(seeds) or not models:
+        raise ValueError(f"seeds must give one seed per model ({len(models)}), got {len(seeds)}")
+    gens = [torch.Generator().manual_seed(validate.positive_int("seed", s, 0)) for s in seeds]
+    wrapped = [_Logits(m) for m in models]
+    params, buffers = torch.func.stack_module_state(wrapped)  # each (S, ...)
+    base = copy.deepcopy(wrapped[0]).to("meta")
+
+    def logits(param: dict, buffer: dict, x: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(base, (param, buffer), (x,))
+
+    batched = torch.vmap(logits)
+    opt = torch.optim.Adam(list(params.values()), lr=lr)
+    n, S = X.shape[0], len(models)
+    losses = []
+    for _ in range(epochs):
+        perms = torch.stack([torch.randperm(n, generator=g) for g in gens]).to(X.device)  # (S, n)
+        total = torch.zeros(S, dtype=torch.float64, device=X.device)
+        for start in range(0, n, batch):
+            idx = perms[:, start:start + batch]  # (S, B)
+            out = batched(params, buffers, X[idx])  # (S, B, classes)
+            each = nn.functional.cross_entropy(out.flatten(0, 1), y[idx].flatten(), reduction="none")
+            each = each.view(S, -1).mean(1)  # (S,) the mean loss of each model
+            opt.zero_grad()
+            each.sum().backward()
+            opt.step()
+            total += each.detach().double() * idx.shape[1]
+        losses.append((total / n).tolist())
+    with torch.no_grad():
+        for s, m in enumerate(wrapped):
+            for name, value in m.named_parameters():
+                value.copy_(params[name][s])
+    return [list(v) for v in zip(*losses)]
+

@@ -14,7 +14,8 @@ false:
   blank pixel with the blank value removes nothing);
 * `mean_jaccard` and `random_jaccard`: overlap of kept sets, within a class or across classes, against two
   random sets of the same size;
-* `masking_study`: one seed of the whole experiment (train, mask, controls) as a dict of numbers.
+* `masking_study`: one seed of the whole experiment (train, mask, controls) as a dict of numbers;
+  `masking_studies`: several seeds, their models trained together as one batched model.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from tfbook import validate
-from tfbook.seq2seq.masking import TinyViT, train_classifier
+from tfbook import device, validate
+from tfbook.seq2seq.masking import TinyViT, train_classifiers
 from tfbook.seq2seq.reference import _refuse_complex
 
 Predict = Callable[[torch.Tensor], torch.Tensor]
@@ -163,16 +164,7 @@ def _runner_up(probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return p.argmax(1)
 
 
-def masking_study(X, y, train, test, seed: int, n_images: int, epochs: int, budget: int, grid: tuple[int, int],
-                  mask_value: float = 0.0, motif: Optional[torch.Tensor] = None, model_kw: Optional[dict] = None,
-                  lr: float = 3e-3, batch: int = 64) -> dict:
-    """One seed of Section 6's experiment with its controls, on tokens X (n, d, N) with labels y (n,).
-
-    Trains a `TinyViT` (torch seeded with ``seed``) on X[train], takes the first ``n_images`` correctly
-    classified inputs of X[test] and masks ``budget`` tokens of each: greedily for the true label, greedily
-    for the runner-up class (the wrong-label control), in random orders and faintest first. ``motif``
-    (n, k): the tokens that define each input's class (synthetic data), counted among the kept ones.
-    The result holds the numbers, the curves, the kept sets and the trained ``model`` (in eval mode)."""
+def _check_study(X, y, budget: int, n_images: int, grid) -> tuple[torch.Tensor, torch.Tensor, int, int, int, int]:
     X, y = _inputs(X, y)
     budget = validate.positive_int("budget", budget)
     if budget >= X.shape[2]:
@@ -183,14 +175,55 @@ def masking_study(X, y, train, test, seed: int, n_images: int, epochs: int, budg
     rows, cols = (validate.positive_int(name, v) for name, v in zip(("grid[0]", "grid[1]"), grid))
     if rows * cols != X.shape[2]:
         raise ValueError(f"grid must have rows x cols = N = {X.shape[2]} tokens, got {tuple(grid)}")
-    torch.manual_seed(validate.positive_int("seed", seed, 0))
-    model = TinyViT(X.shape[1], rows, cols, int(y.max()) + 1, **(model_kw or {}))
-    train_classifier(model, X[train], y[train], epochs=epochs, lr=lr, batch=batch, seed=seed)
-    model.eval()
+    return X, y, budget, n_images, rows, cols
+
+
+def masking_study(X, y, train, test, seed: int, n_images: int, epochs: int, budget: int, grid: tuple[int, int],
+                  mask_value: float = 0.0, motif: Optional[torch.Tensor] = None, model_kw: Optional[dict] = None,
+                  lr: float = 3e-3, batch: int = 64) -> dict:
+    """One seed of Section 6's experiment with its controls, on tokens X (n, d, N) with labels y (n,).
+
+    Trains a `TinyViT` (torch seeded with ``seed``) on X[train], takes the first ``n_images`` correctly
+    classified inputs of X[test] and masks ``budget`` tokens of each: greedily for the true label, greedily
+    for the runner-up class (the wrong-label control), in random orders and faintest first. ``motif``
+    (n, k): the tokens that define each input's class (synthetic data), counted among the kept ones.
+    The result holds the numbers, the curves, the kept sets, the trained ``model`` (in eval mode, on
+    `tfbook.device.default_device`) and ``predict`` (CPU inputs (b, d, N) -> CPU float64 probabilities)."""
+    return masking_studies(X, y, train, test, [seed], n_images, epochs, budget, grid, mask_value, motif,
+                           model_kw, lr, batch)[0]
+
+
+def masking_studies(X, y, train, test, seeds: Sequence[int], n_images: int, epochs: int, budget: int,
+                    grid: tuple[int, int], mask_value: float = 0.0, motif: Optional[torch.Tensor] = None,
+                    model_kw: Optional[dict] = None, lr: float = 3e-3, batch: int = 64) -> list[dict]:
+    """`masking_study` for each of ``seeds``, the models trained together (`train_classifiers`).
+
+    Seed s's model starts from `TinyViT` under ``torch.manual_seed(s)`` and sees its batches in the order
+    drawn from s, exactly as a separate `masking_study`; only the training steps are shared. Training runs
+    on `tfbook.device.default_device` in float32; the searches run on the CPU and call the model there."""
+    X, y, budget, n_images, rows, cols = _check_study(X, y, budget, n_images, grid)
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
+        raise ValueError(f"seeds must be a sequence of ints >= 0, got {seeds!r}")
+    seeds = [validate.positive_int("seed", s, 0) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed")
+    dev = device.default_device()
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        models.append(TinyViT(X.shape[1], rows, cols, int(y.max()) + 1, **(model_kw or {})).to(dev))
+    train_classifiers(models, X[train].to(dev), y[train].to(dev), epochs, seeds, lr=lr, batch=batch)
+    return [_study(model.eval(), X, y, test, seed, n_images, budget, mask_value, motif)
+            for model, seed in zip(models, seeds)]
+
+
+def _study(model: TinyViT, X: torch.Tensor, y: torch.Tensor, test, seed: int, n_images: int, budget: int,
+           mask_value: float, motif: Optional[torch.Tensor]) -> dict:
+    dev = next(model.parameters()).device
 
     def predict(batch_X: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return model(batch_X).double()
+            return model(batch_X.to(dev)).double().cpu()
 
     Xt, yt = X[test], y[test]
     p_test = predict(Xt)
@@ -217,7 +250,7 @@ def masking_study(X, y, train, test, seed: int, n_images: int, epochs: int, budg
         "ink_random": float(ink_removed(Xs, random_orders(len(ys), X.shape[2], budget, seed), budget).median()),
         "jaccard_within": mean_jaccard(kept, ys.tolist(), True),
         "jaccard_across": mean_jaccard(kept, ys.tolist(), False),
-        "kept": kept, "labels": ys, "order": order, "inputs": Xs, "model": model,
+        "kept": kept, "labels": ys, "order": order, "inputs": Xs, "model": model, "predict": predict,
     }
     if motif is not None:
         mt = torch.as_tensor(motif)[test][correct]

@@ -1,0 +1,128 @@
+"""Section 6's speed-ups keep the experiment's meaning: the CLS-only last layer of `TinyViT` is the
+encoder's CLS row, seeds trained together as one batched model are the seeds trained apart (and do
+not see each other), one batched predict call per step in `global_greedy_mask` is the per-candidate loop,
+and `masking_studies` is `masking_study` seed by seed."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tfbook import device
+from tfbook.seq2seq.masking import TinyViT, global_greedy_mask, train_classifier, train_classifiers
+from tfbook.seq2seq.masking_study import masking_studies, masking_study
+
+
+def _vit(seed: int, depth: int = 1, classes: int = 3) -> TinyViT:
+    torch.manual_seed(seed)
+    return TinyViT(2, 3, 3, classes, dim=16, depth=depth, heads=4, mlp=24)
+
+
+def _encoder_logits(m: TinyViT, X: torch.Tensor) -> torch.Tensor:
+    """The plain definition: every token through torch's encoder, the head on the CLS row."""
+    T = m.embed(X.transpose(1, 2).float()) + m.pe
+    T = torch.cat([m.cls.expand(T.shape[0], -1, -1), T], dim=1)
+    return m.head(m.encoder(T)[:, 0])
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_cls_only_last_layer_is_the_encoders_cls_row_with_its_gradient(depth):
+    m = _vit(0, depth)
+    with torch.no_grad():  # move off the initialisation (zero CLS, small biases) so every term matters
+        for p in m.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    X = torch.rand(7, 2, 9, generator=torch.Generator().manual_seed(1))
+    y = torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    for mode in (m.train, m.eval):
+        mode()
+        assert torch.allclose(m.logits(X), _encoder_logits(m, X), rtol=0, atol=2e-5)
+    m.train()
+    ours = torch.autograd.grad(torch.nn.functional.cross_entropy(m.logits(X), y), list(m.parameters()))
+    ref = torch.autograd.grad(torch.nn.functional.cross_entropy(_encoder_logits(m, X), y), list(m.parameters()))
+    for (name, _), a, b in zip(m.named_parameters(), ours, ref):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+
+
+def _data(n: int = 48):
+    gen = torch.Generator().manual_seed(2)
+    y = torch.randint(3, (n,), generator=gen)
+    X = 0.2 * torch.rand(n, 2, 9, generator=gen)
+    X[torch.arange(n), 0, 3 * y] += 1.0  # the class is the bright token of channel 0
+    return X, y
+
+
+def test_seeds_trained_together_are_the_seeds_trained_apart():
+    X, y = _data()
+    seeds = [0, 4]
+    apart = [_vit(s) for s in seeds]
+    together = [copy.deepcopy(m) for m in apart]
+    losses_apart = [train_classifier(m, X, y, epochs=3, batch=16, seed=s) for m, s in zip(apart, seeds)]
+    losses_together = train_classifiers(together, X, y, 3, seeds, batch=16)
+    assert torch.allclose(torch.tensor(losses_together), torch.tensor(losses_apart), rtol=0, atol=1e-5)
+    for a, b in zip(apart, together):
+        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+            assert torch.allclose(p, q, rtol=0, atol=1e-4), name
+    assert not torch.allclose(together[0].head[1].weight, apart[1].head[1].weight, atol=1e-2)
+
+
+def test_a_seed_does_not_see_its_batch_mates():
+    X, y = _data()
+    first = [_vit(0), _vit(1)]
+    other = [copy.deepcopy(first[0]), _vit(9)]
+    train_classifiers(first, X, y, 2, [0, 1], batch=16)
+    train_classifiers(other, X, y, 2, [0, 9], batch=16)
+    for p, q in zip(first[0].parameters(), other[0].parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-6)
+    assert not torch.allclose(first[1].head[1].weight, other[1].head[1].weight, atol=1e-3)
+
+
+def test_global_greedy_mask_is_the_per_candidate_search():
+    W = torch.randn(3, 2 * 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+
+    def predict(X: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(X.reshape(X.shape[0], -1).double() @ W.T, dim=-1)
+
+    X = torch.rand(4, 2, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    labels = torch.tensor([0, 2, 1, 2])
+    order, probs = global_greedy_mask(predict, X, labels, steps=5, mask_value=0.5)
+    current, left, expected = X.clone(), list(range(6)), [float(predict(X)[torch.arange(4), labels].mean())]
+    for t in range(5):  # the definition: one predict call per candidate token
+        scores = []
+        for c in left:
+            trial = current.clone()
+            trial[:, :, c] = 0.5
+            scores.append(float(predict(trial)[torch.arange(4), labels].mean()))
+        best = max(range(len(left)), key=lambda i: (scores[i], -i))
+        assert int(order[t]) == left[best]
+        current[:, :, left.pop(best)] = 0.5
+        expected.append(scores[best])
+    assert torch.allclose(probs, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-14)
+
+
+def test_masking_studies_is_masking_study_seed_by_seed():
+    X, y = _data(60)
+    kw = dict(model_kw=dict(dim=16, depth=1, heads=4, mlp=24), batch=16)
+    both = masking_studies(X, y, slice(0, 48), slice(48, 60), [0, 3], 4, 4, 5, (3, 3), **kw)
+    alone = masking_study(X, y, slice(0, 48), slice(48, 60), 3, 4, 4, 5, (3, 3), **kw)
+    r = both[1]
+    assert r["images"] == alone["images"] >= 1 and r["accuracy"] == alone["accuracy"]
+    assert torch.equal(r["order"], alone["order"])
+    for key in ("curve_greedy", "curve_rival", "curve_random", "curve_faint"):
+        assert abs(r[key] - alone[key]).max() < 1e-4, key
+    assert next(r["model"].parameters()).device == device.default_device()
+    p = r["predict"](r["inputs"])
+    assert p.dtype == torch.float64 and p.device.type == "cpu"
+    assert torch.allclose(p.sum(1), torch.ones(len(p), dtype=torch.float64), atol=1e-6)
+
+
+def test_batched_training_rejects_bad_seeds():
+    X, y = _data()
+    with pytest.raises(ValueError, match="seeds must give one seed per model"):
+        train_classifiers([_vit(0), _vit(1)], X, y, 1, [0])
+    with pytest.raises(ValueError, match="seed must be an int >= 0"):
+        train_classifiers([_vit(0)], X, y, 1, [-1])
+    with pytest.raises(ValueError, match="seeds must be a sequence"):
+        masking_studies(X, y, slice(0, 40), slice(40, 48), 3, 2, 1, 2, (3, 3))
+    with pytest.raises(ValueError, match="seeds must hold at least one seed"):
+        masking_studies(X, y, slice(0, 40), slice(40, 48), [], 2, 1, 2, (3, 3))
