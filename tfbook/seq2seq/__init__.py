@@ -40,14 +40,14 @@ __all__ = ["G_count", "PaperSizes", "Seq2SeqTransformer", "TinyViT", "a_dagger",
 
 
 def _bench_extractor(device: torch.device):
-    model = build_extractor([(0, -300), (0, 0), (1, 150), (1, 299)], 2, 300).to(device)
+    model = build_extractor([(0, -300), (0, 0), (1, 150), (1, 299)], 2, 300).to_device(device)
     X = torch.rand(2, 2, 2 * 601, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
     return model, X
 
 
 def _bench_selector(device: torch.device):
     V, N = 8, 51 * 3
-    model = build_selector({(0, 0): 1.0, (0, 1): 0.25}, [[1], [1], [1], [1]], 2, V, gap=1.0 / (4 * N)).to(device)
+    model = build_selector({(0, 0): 1.0, (0, 1): 0.25}, [[1], [1], [1], [1]], 2, V, gap=1.0 / (4 * N)).to_device(device)
     X = torch.rand(8, 2, N, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
     return model, X
 

@@ -32,13 +32,14 @@ def extraction_error(model: Seq2SeqTransformer, offsets, X: torch.Tensor, bounda
     return float((model(X, boundary=boundary) - extract_reference(X, offsets, boundary)).abs().max())
 
 
-def stress_inputs(n: int, d: int, N: int, seed: int = 0) -> torch.Tensor:
+def stress_inputs(n: int, d: int, N: int, seed: int = 0, device=None) -> torch.Tensor:
     """(2n, d, N) float64 inputs that stress the attention: n sequences of random 0/1 tokens (a token next
-    to its opposite, where softmax leakage moves a feature by the most) and n uniform ones."""
+    to its opposite, where softmax leakage moves a feature by the most) and n uniform ones. Drawn on the
+    CPU from ``seed`` (the same inputs on every device), then moved to ``device`` (default: the CPU)."""
     gen = torch.Generator().manual_seed(validate.positive_int("seed", seed, 0))
     n, d, N = (validate.positive_int(k, v) for k, v in (("n", n), ("d", d), ("N", N)))
     binary = (torch.rand(n, d, N, generator=gen, dtype=torch.float64) > 0.5).to(torch.float64)
-    return torch.cat([binary, torch.rand(n, d, N, generator=gen, dtype=torch.float64)])
+    return torch.cat([binary, torch.rand(n, d, N, generator=gen, dtype=torch.float64)]).to(device)
 
 
 def approximation_error(model: Seq2SeqTransformer, coords, coeffs: dict, X: torch.Tensor) -> float:
@@ -95,7 +96,7 @@ def selection_accuracy(model: Seq2SeqTransformer, importance: dict, channels, V:
     hits = []
     for m in range(len(channels)):
         A = trace.attention[f"g{m + 2}"][:, 0]  # (B, N, N)
-        want = torch.remainder(torch.arange(N)[None, :] + chosen[:, m], N)  # (B, N)
+        want = torch.remainder(torch.arange(N, device=X.device)[None, :] + chosen[:, m], N)  # (B, N)
         hits.append(A.argmax(-1) == want)
     correct = float(torch.stack(hits).double().mean())
     err = float((model(X) - feats).abs().max()) if feats.numel() else 0.0

@@ -145,7 +145,7 @@ def difference_quotients(X: torch.Tensor, Y: torch.Tensor) -> np.ndarray:
     X, Y = validate.tensor("X", X), torch.as_tensor(Y)
     if X.shape[0] != Y.shape[0] or X.shape[0] < 2:
         raise ValueError(f"X and Y must hold the same batch of at least 2 inputs, got {X.shape[0]} and {Y.shape[0]}")
-    a, b = torch.triu_indices(X.shape[0], X.shape[0], 1)
+    a, b = torch.triu_indices(X.shape[0], X.shape[0], 1, device=X.device)
     den = (X[a] - X[b]).abs().flatten(1).amax(1)
     if not bool((den > 0).all()):
         raise ValueError("X must hold distinct inputs")

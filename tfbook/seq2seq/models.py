@@ -209,6 +209,17 @@ class Seq2SeqTransformer(Construction):
         N = H.shape[1] - 2 * P
         return out[:, P:P + N].transpose(1, 2)
 
+    def to_device(self, device) -> "Seq2SeqTransformer":
+        """Move the core layers and the paper-form tensors (E, heads, position codes) to ``device``;
+        returns self. The SciPy FFN maps stay on the host: `paper_weights` hands them out as tensors
+        that `paper_forward` moves to its input's device."""
+        self.to(device)
+        self._E = self._E.to(device)
+        self._spec = [{**s, "heads": [tuple(t.to(device) for t in h) for h in s["heads"]]} for s in self._spec]
+        if self._pe.code_rows is not None:
+            self._pe.code_rows = self._pe.code_rows.to(device)
+        return self
+
     def run_trace(self, X, boundary: str = "circular"):
         """`tfbook.model.Trace` of the token matrices (padded for the zero boundary) and attention weights."""
         H, _ = self.embed_sequence(X, boundary)

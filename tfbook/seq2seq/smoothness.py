@@ -134,17 +134,18 @@ def trig_eval(coeffs: dict[tuple[int, ...], float], values: torch.Tensor) -> tor
     return out
 
 
-def codes(n: int, dim: int, kind: str = "onehot", seed: int = 0) -> torch.Tensor:
-    """(n, dim) unit rows: e_1..e_n (one-hot, needs dim >= n) or i.i.d. ±1/√dim signs drawn from ``seed``."""
+def codes(n: int, dim: int, kind: str = "onehot", seed: int = 0, device=None) -> torch.Tensor:
+    """(n, dim) unit rows: e_1..e_n (one-hot, needs dim >= n) or i.i.d. ±1/√dim signs drawn from ``seed``
+    (on the CPU, so every device gets the same codes), on ``device`` (default: the CPU)."""
     n, dim = validate.positive_int("n", n), validate.positive_int("dim", dim)
     validate.choice("kind", kind, CODE_KINDS)
     if kind == "onehot":
         if dim < n:
             raise ValueError(f"dim must be >= n = {n} for one-hot codes, got {dim}")
-        return torch.eye(n, dim, dtype=DTYPE)
+        return torch.eye(n, dim, dtype=DTYPE, device=device)
     gen = torch.Generator().manual_seed(validate.positive_int("seed", seed, 0))
     signs = torch.randint(0, 2, (n, dim), generator=gen).to(DTYPE) * 2 - 1
-    return signs / math.sqrt(dim)
+    return (signs / math.sqrt(dim)).to(device)
 
 
 def coherence(u: torch.Tensor) -> float:
