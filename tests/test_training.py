@@ -77,3 +77,13 @@ def test_compare_runs_every_model_and_seed():
 def test_bad_arguments_raise_value_error_naming_them(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_fit_trains_on_the_data_device_and_refuses_mixed_devices():
+    X, y = torch.rand(32, 4, 1), torch.rand(32, 1)
+    meta = torch.device("meta")
+    with pytest.raises(ValueError, match="must be on one device"):
+        tr.fit(lambda: tr.MLP(4, 1, width=4), X.to(meta), y, X, y, seed=0, epochs=1)
+    cpu = tr.fit(lambda: tr.MLP(4, 1, width=4), X, y, X, y, seed=0, epochs=2, batch_size=8)
+    again = tr.fit(lambda: tr.MLP(4, 1, width=4), X, y, X, y, seed=0, epochs=2, batch_size=8)
+    assert cpu == again

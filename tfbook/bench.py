@@ -4,6 +4,7 @@ Chapters register their heaviest constructions with `register` when their module
 the bench imports every module and subpackage of ``tfbook`` (so a new chapter needs no change
 here), then runs each registered construction on the CPU and (when present) on CUDA, and prints build time, forward time and peak memory
 (CUDA: allocator peak; CPU: the process's peak resident set, a coarse upper bound).
+``--sparse-scale`` runs only the scale targets of sparse storage (`tfbook.bench_core.sparse_scale`).
 """
 from __future__ import annotations
 
@@ -90,9 +91,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run only benchmarks whose name contains this text")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sparse-scale", action="store_true",
+                        help="only the Besov transformer at N = 200 and 10^4 atoms, sparse and dense storage "
+                             "(tfbook.bench_core.sparse_scale; minutes)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.sparse_scale:
+        importlib.import_module("tfbook.bench_core").sparse_scale()
+        return
     registry = load_chapters()
     devices = [torch.device("cpu")] + ([torch.device("cuda:0")] if torch.cuda.is_available() else [])
     header = f"{'benchmark':44s} {'device':6s} {'build s':>9s} {'forward s':>10s} {'peak MiB':>9s}  throughput"

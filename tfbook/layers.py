@@ -21,16 +21,20 @@ trained: every weight is handed in by a construction, and every layer does all o
   ``TFBOOK_PERTURB_WEIGHTS=eps`` adds seeded uniform noise of eps * max|w| to every entry of every
   tensor a core layer stores. `sabotage_hits` counts what each has changed. Only the tests read them.
 
-Dense paper-form matrices are built on demand by ``dense()``, never stored.
+Dense paper-form matrices are built on demand by ``dense()``, never stored. A weight with at least
+``SPARSE_MIN_NUMEL`` scalars of which fewer than ``SPARSE_MAX_DENSITY`` are non-zero is stored as the
+CSR arrays of the matrix it multiplies by (`_SparseWeights`); every accessor still returns it dense.
 """
 from __future__ import annotations
 
 import contextlib
 import fnmatch
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -41,6 +45,7 @@ NORMALIZATIONS = ("softmax", "relu", "hard", "linear")
 BOUNDARIES = ("masked", "circular")
 KINDS = ("attn", "xattn", "ewml", "mlp")
 CHUNK_ELEMENTS = 2**20  # score entries (batch x heads x queries x keys) computed at once
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)
 
 
 def _as_tensor(x, name: str, ndim: int) -> torch.Tensor:
@@ -218,6 +223,182 @@ def _perturb_update(layer: nn.Module, update: torch.Tensor) -> torch.Tensor:
     return update
 
 
+# --- sparse storage behind dense semantics ---------------------------------------------------------
+
+SPARSE_MIN_NUMEL = 2**22  # a weight is stored sparse only with at least this many scalars ...
+SPARSE_MAX_DENSITY = 0.01  # ... and fewer than this fraction of them non-zero
+_PARTS = ("values", "crow", "col")  # a sparse weight `name` is stored as name_values (a parameter), name_crow, name_col
+
+
+def _sparse_worthy(numel: int, nonzero: int) -> bool:
+    """Whether a weight of ``numel`` scalars with ``nonzero`` non-zeros is stored sparse."""
+    return numel >= SPARSE_MIN_NUMEL and nonzero < SPARSE_MAX_DENSITY * numel
+
+
+def weight_from_entries(shape: Sequence[int], entries: Sequence[tuple]) -> torch.Tensor:
+    """A weight of ``shape`` from entries ``(index arrays..., values)`` (repeated indices add up).
+
+    Returns a dense tensor (built exactly as ``zeros(shape).index_put_(..., accumulate=True)``), or a
+    sparse COO tensor when there are fewer entries than a sparse weight may hold (see `_sparse_worthy`):
+    a builder then never materialises the dense matrix, and the layer decides its storage.
+    """
+    shape = tuple(int(s) for s in shape)
+    numel = int(np.prod(shape)) if shape else 1
+    count = sum(max(int(np.size(a)) for a in e) for e in entries)  # an upper bound on the non-zeros
+    if not _sparse_worthy(numel, count) or _WEIGHTS is not None:
+        W = torch.zeros(shape, dtype=DTYPE)
+        for *index, values in entries:
+            W.index_put_(tuple(torch.as_tensor(i) for i in index), torch.as_tensor(values, dtype=DTYPE),
+                         accumulate=True)
+        return W
+    index, values = [torch.zeros(len(shape), 0, dtype=torch.int64)], [torch.zeros(0, dtype=DTYPE)]
+    for e in entries:
+        e = [np.ascontiguousarray(a).ravel() for a in np.broadcast_arrays(*(np.asarray(a) for a in e))]
+        index.append(torch.as_tensor(np.stack(e[:-1]), dtype=torch.int64))
+        values.append(torch.as_tensor(e[-1], dtype=DTYPE))
+    return torch.sparse_coo_tensor(torch.cat(index, dim=1), torch.cat(values), shape, check_invariants=False).coalesce()
+
+
+def _matrix_entries(t: torch.Tensor, cols: bool) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+    """Non-zero (row, col) indices (2, nnz) and values of the 2-D matrix a weight is used as.
+
+    ``cols=False``: (..., c) -> (prod(...), c) (W_1, W_2, stacked W_Q, W_K, W_V); ``cols=True``:
+    (h, D, m) -> (D, h m) (a stacked W_O, as `_write_out` uses it).
+    """
+    t = t.coalesce() if t.layout == torch.sparse_coo else t.to_sparse_coo().coalesce()  # dense or CSR given
+    idx, val = t.indices(), t.values()
+    keep = val != 0
+    idx, val = idx[:, keep], val[keep]
+    shape = tuple(t.shape)
+    if cols:
+        h, D, m = shape
+        return torch.stack([idx[1], idx[0] * m + idx[2]]), val, (D, h * m)
+    rows = torch.zeros_like(idx[0])
+    for axis in range(len(shape) - 1):
+        rows = rows * shape[axis] + idx[axis]
+    return torch.stack([rows, idx[-1]]), val, (int(np.prod(shape[:-1])), shape[-1])
+
+
+class _SparseWeights(nn.Module):
+    """Core-layer storage: each weight dense (a frozen parameter, as always) or, when large and sparse
+    (`_sparse_worthy`), as the CSR arrays of the matrix it multiplies by; every accessor stays dense.
+
+    ``layer.W`` returns the dense weight (for a sparse one a fresh tensor: write back with `set_weight`),
+    ``state_dict`` holds dense weights and ``load_state_dict`` takes them, `stored_entries` counts what
+    is stored (values plus index entries), and the forward pass multiplies by the CSR matrix.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._sparse: dict[str, tuple[tuple[int, ...], bool]] = {}  # name -> (dense shape, cols)
+
+    def __getattr__(self, name: str):
+        sparse = self.__dict__.get("_sparse")
+        if sparse and name in sparse:
+            return self._dense_weight(name)
+        return super().__getattr__(name)
+
+    def set_weight(self, name: str, t, cols: bool = False) -> None:
+        """Store weight ``name`` (dense or sparse ``t``): sparse only when large and sparse, never noised."""
+        t = t.to(DTYPE)
+        if name in self._sparse:
+            del self._sparse[name]
+            for part in _PARTS:
+                delattr(self, f"{name}_{part}")
+        elif name in self._parameters:
+            del self._parameters[name]
+        if t.layout == torch.strided and (t.device.type == "meta" or t.numel() < SPARSE_MIN_NUMEL
+                                          or not _sparse_worthy(t.numel(), int(torch.count_nonzero(t)))):
+            setattr(self, name, nn.Parameter(t.detach().clone(), requires_grad=False))
+            return
+        index, values, size = _matrix_entries(t, cols)
+        if not _sparse_worthy(t.numel(), values.numel()):
+            setattr(self, name, nn.Parameter(t.to_dense().detach().clone(), requires_grad=False))
+            return
+        csr = torch.sparse_coo_tensor(index, values, size, check_invariants=False).coalesce().to_sparse_csr()
+        self._sparse[name] = (tuple(t.shape), cols)
+        setattr(self, f"{name}_values", nn.Parameter(csr.values().clone(), requires_grad=False))
+        self.register_buffer(f"{name}_crow", csr.crow_indices().clone())
+        self.register_buffer(f"{name}_col", csr.col_indices().clone())
+
+    def _store_weight(self, name: str, t: torch.Tensor, cols: bool = False) -> None:
+        """Store a constructor's weight: with `WeightNoise` active, noised dense through `_frozen` (so a
+        noisy weight is dense); otherwise by `set_weight`'s rule."""
+        if _WEIGHTS is not None or (t.layout == torch.strided and t.numel() < SPARSE_MIN_NUMEL):
+            setattr(self, name, _frozen(t.to_dense() if t.layout != torch.strided else t))
+        else:
+            self.set_weight(name, t, cols)
+
+    def _csr(self, name: str) -> torch.Tensor:
+        crow, col, values = (getattr(self, f"{name}_{p}") for p in ("crow", "col", "values"))
+        shape, cols = self._sparse[name]
+        size = (shape[1], shape[0] * shape[2]) if cols else (int(np.prod(shape[:-1])), shape[-1])
+        return torch.sparse_csr_tensor(crow, col, values, size, dtype=DTYPE, device=values.device,
+                                       check_invariants=False)
+
+    def _dense_weight(self, name: str) -> torch.Tensor:
+        shape, cols = self._sparse[name]
+        M = self._csr(name)
+        if M.device.type == "meta":
+            return torch.empty(shape, dtype=DTYPE, device=M.device)
+        M = M.to_dense()
+        return M.reshape(shape[1], shape[0], shape[2]).permute(1, 0, 2).contiguous() if cols else M.reshape(shape)
+
+    def _shape(self, name: str) -> tuple[int, ...]:
+        """The dense shape of weight ``name`` (without building it)."""
+        return self._sparse[name][0] if name in self._sparse else tuple(getattr(self, name).shape)
+
+    def _device(self, name: str) -> torch.device:
+        return getattr(self, f"{name}_values" if name in self._sparse else name).device
+
+    def _times(self, name: str, X: torch.Tensor) -> torch.Tensor:
+        """M @ X for the matrix M of sparse weight ``name`` and a dense X (k, n); shapes only on meta."""
+        M = self._csr(name)
+        if X.device.type == "meta" or M.device.type == "meta":
+            return torch.empty(M.shape[0], X.shape[1], dtype=X.dtype, device=X.device)
+        return M @ X
+
+    def _mm(self, name: str, X: torch.Tensor) -> torch.Tensor:
+        """W @ X for the (2-D) weight ``name``, stored dense or sparse."""
+        return self._times(name, X) if name in self._sparse else getattr(self, name) @ X
+
+    def stored_entries(self) -> int:
+        """Index entries stored by the sparse weights (their values are parameters, counted as such)."""
+        return sum(getattr(self, f"{n}_crow").numel() + getattr(self, f"{n}_col").numel() for n in self._sparse)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name in self._sparse:
+            for part in _PARTS:
+                destination.pop(prefix + f"{name}_{part}", None)
+            destination[prefix + name] = self._dense_weight(name)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        local = dict(state_dict)
+        for name, (shape, cols) in list(self._sparse.items()):
+            key = prefix + name
+            value = local.get(key)
+            if value is not None and tuple(value.shape) == shape:
+                self.set_weight(name, value, cols)
+            if name not in self._sparse:  # now dense: the parent class loads it (again) from `key`
+                continue
+            local.pop(key, None)
+            if value is None:
+                missing_keys.append(key)
+            elif tuple(value.shape) != shape:
+                error_msgs.append(f"size mismatch for {key}: copying a param with shape {tuple(value.shape)}, "
+                                  f"the shape in current model is {shape}.")
+            local.update({prefix + f"{name}_{p}": getattr(self, f"{name}_{p}") for p in _PARTS})
+        super()._load_from_state_dict(local, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+
+def stored_entries(layer: nn.Module) -> int:
+    """Index entries a core layer stores besides its parameters (0 for a layer stored dense)."""
+    return layer.stored_entries() if isinstance(layer, _SparseWeights) else 0
+
+
 # --- attention -------------------------------------------------------------------------------------
 
 @dataclass
@@ -283,8 +464,7 @@ class HeadView:
         stacked = getattr(self._layer, name)
         if stacked is None:  # absent bias: zeros of the right size
             ref = {"b_Q": "W_Q", "b_K": "W_K", "b_V": "W_V"}[name]
-            W = getattr(self._layer, ref)
-            return torch.zeros(W.shape[1], dtype=DTYPE, device=W.device)
+            return torch.zeros(self._layer._shape(ref)[1], dtype=DTYPE, device=self._layer._device(ref))
         return stacked[self._index]
 
 
@@ -305,7 +485,7 @@ def _write_out(W_O: torch.Tensor, O: torch.Tensor) -> torch.Tensor:
     return (W_O.permute(1, 0, 2).reshape(D, h * m_v) @ O).reshape(D, B, n).permute(1, 2, 0)  # (B, n, D)
 
 
-class _StackedLayer(nn.Module):
+class _StackedLayer(_SparseWeights):
     """Shared storage of stacked head tensors W_Q, W_K (h, m_qk, D_kv), W_V (h, m_v, D_kv), W_O (h, D, m_v)."""
 
     kind = ""
@@ -326,13 +506,14 @@ class _StackedLayer(nn.Module):
         for name, value, size in (("b_Q", b_Q, m_qk), ("b_K", b_K, m_qk), ("b_V", b_V, m_v)):
             if value is not None and tuple(_as_tensor(value, name, 2).shape) != (h, size):
                 raise ValueError(f"{name} must have shape ({h}, {size}), got {tuple(torch.as_tensor(value).shape)}")
-        self.W_Q, self.W_K, self.W_V, self.W_O = (_frozen(t) for t in (W_Q, W_K, W_V, W_O))
+        for name, t in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V), ("W_O", W_O)):
+            self._store_weight(name, t, cols=name == "W_O")
         self.b_Q, self.b_K, self.b_V = (_frozen(None if b is None else _as_tensor(b, "b", 2)) for b in (b_Q, b_K, b_V))
         self.D, self.D_kv, self.name = D, D_kv, ""
 
     @property
     def num_heads(self) -> int:
-        return self.W_Q.shape[0]
+        return self._shape("W_Q")[0]
 
     @property
     def heads(self) -> list[HeadView]:
@@ -342,7 +523,27 @@ class _StackedLayer(nn.Module):
     @property
     def value_width(self) -> int:
         """Total value width, heads x m_v (the width of the concatenated head outputs)."""
-        return self.W_V.shape[0] * self.W_V.shape[1]
+        h, m_v, _ = self._shape("W_V")
+        return h * m_v
+
+    def _project(self, X: torch.Tensor, name: str, b: Optional[torch.Tensor]) -> torch.Tensor:
+        """`_project` of X (B, n, Din) by the stacked weight ``name`` (h, m, Din) -> (B, h, m, n)."""
+        if name not in self._sparse:
+            return _project(X, getattr(self, name), b)
+        h, m, d_in = self._shape(name)
+        B, n = X.shape[0], X.shape[1]
+        Y = self._times(name, X.reshape(B * n, d_in).T).reshape(h, m, B, n)  # (h, m, B, n)
+        Y = Y if b is None else Y + b[:, :, None, None]
+        return Y.permute(2, 0, 1, 3)  # (B, h, m, n)
+
+    def _write_out(self, O: torch.Tensor) -> torch.Tensor:
+        """`_write_out` of head outputs O (B, h, m_v, n) through W_O -> (B, n, D)."""
+        if "W_O" not in self._sparse:
+            return _write_out(self.W_O, O)
+        h, D, m_v = self._shape("W_O")
+        B, n = O.shape[0], O.shape[-1]
+        O = O.permute(1, 2, 0, 3).reshape(h * m_v, B * n)  # (h * m_v, B * n)
+        return self._times("W_O", O).reshape(D, B, n).permute(1, 2, 0)  # (B, n, D)
 
     def _residual(self, H: torch.Tensor, O: torch.Tensor) -> torch.Tensor:
         """H plus the heads' outputs O (B, h, m_v, n) written through W_O, with any active perturbation."""
@@ -350,7 +551,7 @@ class _StackedLayer(nn.Module):
             factors = _head_scale(self, self.num_heads, H.device)
             if factors is not None:
                 O = O * factors[:, None, None]
-        update = _write_out(self.W_O, O)  # (B, n, D)
+        update = self._write_out(O)  # (B, n, D)
         if _ACTIVE:
             update = _perturb_update(self, update)
         return H + update
@@ -426,7 +627,7 @@ class Attention(_StackedLayer):
             raise ValueError("window must be None for cross-attention (cross=True)")
         if (null_key is None) != (null_value is None):
             raise ValueError("null_key and null_value must be given together")
-        h, m_qk, m_v = self.num_heads, self.W_Q.shape[1], self.W_V.shape[1]
+        h, m_qk, m_v = self.num_heads, self._shape("W_Q")[1], self._shape("W_V")[1]
         if null_key is not None:
             null_key, null_value = _as_tensor(null_key, "null_key", 2), _as_tensor(null_value, "null_value", 2)
             if null_key.shape != (h, m_qk) or null_value.shape != (h, m_v):
@@ -483,7 +684,7 @@ class Attention(_StackedLayer):
         """
         if memory.ndim != 3 or memory.shape[-1] != self.D_kv:
             raise ValueError(f"memory must have shape (batch, m, {self.D_kv}), got {tuple(memory.shape)}")
-        return _project(memory, self.W_K, self.b_K), _project(memory, self.W_V, self.b_V)
+        return self._project(memory, "W_K", self.b_K), self._project(memory, "W_V", self.b_V)
 
     def _keys_values(self, H: torch.Tensor, memory: Optional[torch.Tensor],
                      kv: Optional[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -494,7 +695,7 @@ class Attention(_StackedLayer):
             raise ValueError("give memory or kv, not both")
         if kv is not None:
             Kt, Vt = kv
-            h, m_qk, m_v = self.num_heads, self.W_Q.shape[1], self.W_V.shape[1]
+            h, m_qk, m_v = self.num_heads, self._shape("W_Q")[1], self._shape("W_V")[1]
             if (Kt.ndim != 4 or Kt.shape[:3] != (H.shape[0], h, m_qk) or Vt.shape[:3] != (H.shape[0], h, m_v)
                     or Vt.shape[3] != Kt.shape[3]):
                 raise ValueError(f"kv must be (Kt ({H.shape[0]}, {h}, {m_qk}, m), Vt ({H.shape[0]}, {h}, {m_v}, m)) "
@@ -551,7 +752,7 @@ class Attention(_StackedLayer):
     def _prepare(self, H, memory, key_mask, kv):
         Kt, Vt = self._keys_values(H, memory, kv)
         C = self._counts(H.shape[0], H.shape[1], Kt.shape[-1], key_mask, H.device)
-        return _project(H, self.W_Q, self.b_Q), Kt, Vt, C
+        return self._project(H, "W_Q", self.b_Q), Kt, Vt, C
 
     def scores(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
                key_mask: Optional[torch.Tensor] = None, kv=None) -> torch.Tensor:
@@ -605,12 +806,12 @@ class ElementwiseMultiplication(_StackedLayer):
 
     def gates(self, H: torch.Tensor) -> torch.Tensor:
         """(B, h, n) bilinear gates <Q_m h_i, K_m h_i>."""
-        return (_project(H, self.W_Q, self.b_Q) * _project(H, self.W_K, self.b_K)).sum(-2)
+        return (self._project(H, "W_Q", self.b_Q) * self._project(H, "W_K", self.b_K)).sum(-2)
 
     def forward(self, H: torch.Tensor) -> torch.Tensor:
         if H.ndim != 3 or H.shape[-1] != self.D:
             raise ValueError(f"H must have shape (batch, n, {self.D}), got {tuple(H.shape)}")
-        return self._residual(H, self.gates(H)[:, :, None, :] * _project(H, self.W_V, self.b_V))  # (B, h, m_v, n)
+        return self._residual(H, self.gates(H)[:, :, None, :] * self._project(H, "W_V", self.b_V))  # (B, h, m_v, n)
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, kind=ewml, heads={self.num_heads}"
@@ -618,10 +819,11 @@ class ElementwiseMultiplication(_StackedLayer):
 
 # --- feed-forward ----------------------------------------------------------------------------------
 
-class FeedForward(nn.Module):
+class FeedForward(_SparseWeights):
     """``H + relu(H W_1.T + b_1) W_2.T + b_2`` with ``W_1`` (m, D), ``W_2`` (D_out, m); ``residual=False`` drops ``H``.
 
-    A bias given as None stores no parameter.
+    A bias given as None stores no parameter. ``W_1`` and ``W_2`` may be sparse tensors; each is stored
+    as `_SparseWeights` decides (sparse only when large and sparse) and always read back dense.
     """
 
     kind = "mlp"
@@ -643,11 +845,14 @@ class FeedForward(nn.Module):
         if residual and W_2.shape[0] != D:
             raise ValueError(f"a residual feed-forward layer needs W_2 with {D} rows, got {W_2.shape[0]}")
         self.residual, self.name, self.D = bool(residual), name, D
-        self.W_1, self.b_1, self.W_2, self.b_2 = (_frozen(t) for t in (W_1, b_1, W_2, b_2))
+        self._store_weight("W_1", W_1)
+        self.b_1 = _frozen(b_1)
+        self._store_weight("W_2", W_2)
+        self.b_2 = _frozen(b_2)
 
     @property
     def hidden_width(self) -> int:
-        return self.W_1.shape[0]
+        return self._shape("W_1")[0]
 
     def dense(self) -> dict[str, torch.Tensor]:
         """The paper-form matrices ``W1`` (m, D) and ``W2`` (D_out, m), with the biases when present."""
@@ -658,13 +863,54 @@ class FeedForward(nn.Module):
     def forward(self, H: torch.Tensor) -> torch.Tensor:
         if H.shape[-1] != self.D:
             raise ValueError(f"H must have last dimension {self.D}, got {tuple(H.shape)}")
-        Z = H @ self.W_1.T
-        Z = torch.relu(Z if self.b_1 is None else Z + self.b_1)  # (B, n, m)
-        out = Z @ self.W_2.T
-        out = out if self.b_2 is None else out + self.b_2  # (B, n, D_out)
+        if self._sparse:
+            out = self._sparse_update(H)
+        else:
+            Z = H @ self.W_1.T
+            Z = torch.relu(Z if self.b_1 is None else Z + self.b_1)  # (B, n, m)
+            out = Z @ self.W_2.T
+            out = out if self.b_2 is None else out + self.b_2  # (B, n, D_out)
         if _ACTIVE:
             out = _perturb_update(self, out)
         return H + out if self.residual else out
+
+    def _sparse_update(self, H: torch.Tensor) -> torch.Tensor:
+        """The update with tokens as columns: W_2 relu(W_1 X + b_1) + b_2 for X = H.T (D, tokens)."""
+        X = H.reshape(-1, self.D).T  # (D, B n)
+        Z = self._mm("W_1", X)
+        Z = torch.relu(Z if self.b_1 is None else Z + self.b_1[:, None])  # (m, B n)
+        out = self._mm("W_2", Z)
+        out = out if self.b_2 is None else out + self.b_2[:, None]  # (D_out, B n)
+        return out.T.reshape(*H.shape[:-1], out.shape[0])  # (B, n, D_out)
+
+    def runs_on_columns(self, H: torch.Tensor) -> bool:
+        """Whether `add_update_to_columns_` can stand for ``forward(H)``: a residual layer with a sparse
+        weight and no ``b_2``, no active `perturb`, values (not ``meta``) and no gradient through H."""
+        return (bool(self._sparse) and self.residual and self.b_2 is None and not _ACTIVE and H.device.type != "meta"
+                and not (H.requires_grad and torch.is_grad_enabled()))
+
+    def add_update_to_columns_(self, Ht: torch.Tensor) -> torch.Tensor:
+        """Ht (D, tokens), the transposed state, plus the update, in place; returns Ht.
+
+        Reads only the coordinates W_1 reads and writes only those W_2 writes, so a sparse layer costs
+        tokens x (its non-zeros + the coordinates it touches), not tokens x D (`Construction.forward`).
+        """
+        if "W_1" in self._sparse:
+            crow, col, values = (getattr(self, f"W_1_{p}") for p in ("crow", "col", "values"))
+            read, local = torch.unique(col, return_inverse=True)  # the coordinates W_1 reads
+            W = torch.sparse_csr_tensor(crow, local, values, (crow.numel() - 1, read.numel()), check_invariants=False)
+            Z = W @ Ht.index_select(0, read)  # (m, tokens)
+        else:
+            Z = self.W_1 @ Ht
+        Z = torch.relu(Z if self.b_1 is None else Z + self.b_1[:, None])
+        if "W_2" not in self._sparse:
+            return Ht.add_(self.W_2 @ Z)
+        crow, col, values = (getattr(self, f"W_2_{p}") for p in ("crow", "col", "values"))
+        filled = crow[1:] > crow[:-1]
+        written = filled.nonzero().squeeze(1)  # the coordinates W_2 writes
+        W = torch.sparse_csr_tensor(torch.cat([crow[:1], crow[1:][filled]]), col, values, (written.numel(), Z.shape[0]),
+                                    check_invariants=False)
+        return Ht.index_add_(0, written, W @ Z)
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, kind=mlp, hidden={self.hidden_width}, residual={self.residual}"
@@ -729,8 +975,9 @@ class Transformer(nn.Module):
         return states if return_all else states[-1]
 
     def num_parameters(self) -> int:
-        """Number of stored scalar weights (dense count, zeros included)."""
-        return sum(p.numel() for p in self.parameters())
+        """Number of stored scalars: every dense entry (zeros included), and a sparse weight's values and
+        index entries (`stored_entries`)."""
+        return sum(p.numel() for p in self.parameters()) + sum(stored_entries(l) for _, l in self.named_sublayers())
 
     def num_nonzero(self) -> int:
         """Number of non-zero scalar weights."""

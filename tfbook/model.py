@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from tfbook.device import DTYPE
-from tfbook.layers import Block, Transformer
+from tfbook.layers import Block, FeedForward, Transformer, stored_entries
 from tfbook.layout import Layout
 
 Number = Union[int, float]
@@ -33,7 +33,8 @@ class Sizes:
     ``layers``: core layers; ``attention_layers`` (self and cross), ``ewml_layers``, ``ff_layers``;
     ``max_heads``: most heads in one attention/EWML layer; ``embed_dim``: D; ``ff_width``: largest
     feed-forward hidden width; ``attention_width``: largest total value width (heads x m_v) of an
-    attention layer; ``stored``: stored scalars; ``nonzero``: non-zero scalars; ``max_abs_weight``.
+    attention layer; ``stored``: stored scalars (every entry of a dense tensor; the values and the index
+    entries of a weight stored sparse, see `tfbook.layers`); ``nonzero``: non-zero scalars; ``max_abs_weight``.
     """
 
     layers: Optional[int] = None
@@ -72,7 +73,8 @@ class Trace:
 
 
 def counted_sizes(layout_dim: int, layers: Sequence[nn.Module], parameters: Sequence[torch.Tensor]) -> Sizes:
-    """A `Sizes` record counted from core layers and the given parameter tensors."""
+    """A `Sizes` record counted from core layers and the given parameter tensors (a sparse weight's
+    values are among the parameters; its index entries are counted from its layer)."""
     kinds = [layer.kind for layer in layers]
     attn = [layer for layer in layers if layer.kind in ("attn", "xattn")]
     headed = [layer for layer in layers if layer.kind in ("attn", "xattn", "ewml")]
@@ -87,7 +89,7 @@ def counted_sizes(layout_dim: int, layers: Sequence[nn.Module], parameters: Sequ
         embed_dim=layout_dim,
         ff_width=max((layer.hidden_width for layer in ffs), default=0),
         attention_width=max((layer.value_width for layer in attn), default=0),
-        stored=sum(p.numel() for p in unique),
+        stored=sum(p.numel() for p in unique) + sum(stored_entries(l) for l in {id(l): l for l in layers}.values()),
         nonzero=sum(int(torch.count_nonzero(p)) for p in unique),
         max_abs_weight=max((float(p.abs().max()) for p in unique if p.numel()), default=0.0),
     )
@@ -169,14 +171,27 @@ class Construction(nn.Module):
     def forward(self, H: torch.Tensor, return_all: bool = False, memory: Optional[torch.Tensor] = None,
                 key_mask: Optional[torch.Tensor] = None):
         """Run every layer in order; ``return_all=True`` returns the len(layers) + 1 states, input first.
-        Without it only the current state is kept (memory of one state, not of the whole stack)."""
+
+        Without it only the current state is kept (memory of one state, not of the whole stack), and runs
+        of feed-forward layers with sparse weights update one transposed copy of it in place
+        (`tfbook.layers.FeedForward.add_update_to_columns_`); ``H`` itself is never changed."""
         self._check(H)
-        states = [H]
+        if return_all:
+            states = [H]
+            for layer in self.layers:
+                states.append(self._run_layer(layer, states[-1], memory, key_mask))
+            return states
+        columns = None  # the state as (D, tokens) while sparse feed-forward layers update it in place
         for layer in self.layers:
+            if isinstance(layer, FeedForward) and layer.runs_on_columns(H):
+                if columns is None:
+                    shape, columns = H.shape, H.reshape(-1, H.shape[-1]).T.contiguous()  # a copy: H stays
+                layer.add_update_to_columns_(columns)
+                continue
+            if columns is not None:
+                H, columns = columns.T.reshape(shape).contiguous(), None
             H = self._run_layer(layer, H, memory, key_mask)
-            if return_all:
-                states.append(H)
-        return states if return_all else H
+        return H if columns is None else columns.T.reshape(shape).contiguous()
 
     def trace(self, H: torch.Tensor, memory: Optional[torch.Tensor] = None,
               key_mask: Optional[torch.Tensor] = None) -> Trace:

@@ -1,8 +1,9 @@
 """Small trained baselines for the estimation chapters: a tiny standard transformer against an MLP.
 
 These are *trained* models for the papers' estimation discussion, not constructions: they use standard
-``torch.nn`` modules, float32 on the CPU, and a deterministic loop (the seed fixes the initialisation
-through ``torch.manual_seed`` and the batch order through its own ``torch.Generator``; no dropout).
+``torch.nn`` modules, float32 on the data's device (the CPU in the quick profile), and a deterministic
+loop (the seed fixes the initialisation through ``torch.manual_seed`` and the batch order through its
+own ``torch.Generator``; no dropout).
 
 >>> X = torch.rand(64, 4, 1); y = X.sum((1, 2))
 >>> r = fit(lambda: MLP(4, 1, width=8), X, y, X, y, seed=0, epochs=2, batch_size=16)
@@ -119,22 +120,26 @@ def _data(X, y, Xt, yt) -> tuple[torch.Tensor, ...]:
 
 def fit(factory: Callable[[], nn.Module], X, y, X_test, y_test, *, seed: int, epochs: int = 30,
         batch_size: int = 64, lr: float = 3e-3) -> FitResult:
-    """Build ``factory()`` after ``torch.manual_seed(seed)`` and train it in float32 on the CPU with Adam
-    on the squared error: ``epochs`` passes over (X, y) in batches of ``batch_size``, shuffled by a generator seeded
-    with ``seed``. Returns test MSE on (X_test, y_test); outputs must have y's shape."""
+    """Build ``factory()`` after ``torch.manual_seed(seed)`` and train it in float32 on X's device (the CPU
+    in the quick profile) with Adam on the squared error: ``epochs`` passes over (X, y) in batches of
+    ``batch_size``, shuffled by a CPU generator seeded with ``seed`` (the same batches on every device).
+    Returns test MSE on (X_test, y_test); outputs must have y's shape."""
     X, y, X_test, y_test = _data(X, y, X_test, y_test)
+    if len({t.device for t in (X, y, X_test, y_test)}) != 1:
+        raise ValueError(f"X, y, X_test and y_test must be on one device, got "
+                         f"{sorted({str(t.device) for t in (X, y, X_test, y_test)})}")
     seed = validate.positive_int("seed", seed, 0)
     epochs, batch_size = validate.positive_int("epochs", epochs), validate.positive_int("batch_size", batch_size)
     lr = validate.real("lr", lr, low=0, low_open=True)
     torch.manual_seed(seed)
-    model = factory().to(device="cpu", dtype=F32)
+    model = factory().to(device=X.device, dtype=F32)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in range(epochs):
         order = torch.randperm(X.shape[0], generator=gen)
         for s in range(0, X.shape[0], batch_size):
-            idx = order[s:s + batch_size]
+            idx = order[s:s + batch_size].to(X.device)
             loss = (model(X[idx]) - y[idx]).pow(2).mean()
             opt.zero_grad()
             loss.backward()
