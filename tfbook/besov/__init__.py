@@ -6,14 +6,15 @@ Public API (the chapter's contract):
 * references: `bspline(x, m)`, `expansion(X, k, j, coeffs, m)`
 * gadgets: `product_net(m_q, R)` (Lemma 4), `bspline_net(m, d, m_q)` (Lemma 5), `bspline_net_error`
 * the transformer (Theorems 1-2): `build_transformer(k, j, coeffs, m, m_q, gamma)`, `transformer_sizes`,
-  `error_bound`, `paper_width`
+  `error_bound`, `paper_width`; every built model has ``to_device(device)`` (`gadgets.BesovConstruction`)
 * rates: `smoothness`, `D`, `eta`, `nu`, `num_atoms`, `risk_exponents`, `token_count`
 * grids and masks: `aniso_interpolant`, `token_mask`, `quantize`
 * Theorem 5 compiled (`masked`): `build_masked_transformer(fs, K, rankings, t, m_q, gamma)`,
   `masked_error_bound`, `thm5_atoms`
 * the paper's size formulas (`formulas`, each a `tfbook.claims.paper_formula`): `lemma3_weight_bound`,
   `lemma4_depth`, `lemma5_width`, `lemma5_weight_bound`, `lemma5_depth`, `lemma5_depth_growth`, `thm1_rounds`,
-  `thm1_heads`, `thm1_width`, `thm1_width_growth`, `flat_width`, `flat_width_slope`, `lemma6_attention_lipschitz`
+  `thm1_heads`, `thm1_width`, `thm1_width_growth`, `thm1_embedding`, `thm1_nonzero`, `thm1_nonzero_slope`,
+  `thm1_weight_scale`, `flat_width`, `flat_width_slope`, `lemma6_attention_lipschitz`
 
 Submodules: `references`, `rates`, `formulas`, `program` (vectorised slot programs), `gadgets`, `transformer`, `grids`,
 `masked`.
@@ -29,7 +30,8 @@ from tfbook.besov.gadgets import (BSplineNet, ProductNet, bspline_net, bspline_n
                                   product_net, product_reference, spline_factor_constant, yarotsky)
 from tfbook.besov.formulas import (flat_width, flat_width_slope, lemma3_weight_bound, lemma4_depth, lemma5_depth,
                                    lemma5_depth_growth, lemma5_weight_bound, lemma5_width, lemma6_attention_lipschitz,
-                                   thm1_heads, thm1_rounds, thm1_width, thm1_width_growth)
+                                   thm1_embedding, thm1_heads, thm1_nonzero, thm1_nonzero_slope, thm1_rounds,
+                                   thm1_weight_scale, thm1_width, thm1_width_growth)
 from tfbook.besov.grids import (aniso_interpolant, hat_interpolate, levels, quantize, sparse_evaluate, sparse_interpolant, token_mask,
                                 weierstrass)
 from tfbook.besov.masked import MaskedTransformer, build_masked_transformer, masked_error_bound, thm5_atoms
@@ -42,7 +44,8 @@ from tfbook.besov.transformer import (BesovTransformer, atom_width, build_transf
 __all__ = [
     "best_grid_mse", "estimation", "formulas", "flat_width", "flat_width_slope", "lemma3_weight_bound", "lemma4_depth",
     "lemma5_depth", "lemma5_depth_growth", "lemma5_weight_bound", "lemma5_width", "lemma6_attention_lipschitz",
-    "thm1_heads", "thm1_rounds", "thm1_width", "thm1_width_growth", "hat_features", "BSplineNet", "BesovTransformer", "D", "ProductNet", "aniso_interpolant", "atom_width", "balance_fit",
+    "thm1_embedding", "thm1_heads", "thm1_nonzero", "thm1_nonzero_slope", "thm1_rounds", "thm1_weight_scale",
+    "thm1_width", "thm1_width_growth", "hat_features", "BSplineNet", "BesovTransformer", "D", "ProductNet", "aniso_interpolant", "atom_width", "balance_fit",
     "bspline", "bspline_net", "bspline_net_error", "build_transformer", "check_atoms", "delta", "error_bound",
     "eta", "expansion", "fnn_baseline", "hat_interpolate", "leak", "sparse_evaluate", "levels", "nu", "num_atoms", "paper_balance_power", "paper_width", "partner",
     "product_error_range", "product_net", "product_reference", "quantize", "random_atoms", "risk_exponents",

@@ -10,7 +10,10 @@ heads, largest weights) are compared with these values, never with a recount of 
   ``lemma5_weight_bound(m)`` = B_0 = 2(m+1)^m, ``lemma5_depth(d, m, eps, c)`` = L_0 =
   3 + 2 ceil(log2(3^(d v m) / (eps c))) + 5 ceil(log2(d v m)) and ``lemma5_depth_growth``.
 * Theorem 1: ``thm1_rounds(l)`` = T = T_0 = ceil(log2 l), ``thm1_heads()`` = H = 1,
-  ``thm1_width(N, l, d, m)`` = W = W_0 N + E with E = l, ``thm1_width_growth``.
+  ``thm1_width(N, l, d, m)`` = W = W_0 N + E with E = l, ``thm1_width_growth``, ``thm1_embedding(l)`` = E = l,
+  ``thm1_nonzero(N, l, d, m, eps, C, c)`` = S = C(N l + L_1) + L_2 W_0^2 N + C T_0 (N + E + L_3) + N (C and
+  c = c_(d,m) unspecified by the paper), ``thm1_nonzero_slope``, its log-log slope in N, and
+  ``thm1_weight_scale(gamma, kmax, m)``, the largest weight the proof writes (its B is an order statement).
 * The fully connected comparison (Suzuki 2019, Lemma 5 on the flattened input of dimension D = d l):
   ``flat_width(N, D, m)`` = W_0(D) N and ``flat_width_slope(ls, N, d, m)``, its log-log slope in l.
 * Lemma 6 (as printed): ``lemma6_attention_lipschitz(H, W, B)`` = H W^2 B^2 + 1.
@@ -88,6 +91,39 @@ def thm1_width_growth(N: int, d: int, m: int, l_from: int, l_to: int) -> int:
 
 
 @paper_formula
+def thm1_embedding(l: int) -> int:
+    """Theorem 1's embedding dimension E = l (one-hot positions)."""
+    return int(l)
+
+
+@paper_formula
+def thm1_nonzero(N: int, l: int, d: int, m: int, eps: float, C: float = 1.0, c: float = 1.0) -> float:
+    """Theorem 1's S = C (N l + L_1) + L_2 W_0^2 N + C T_0 (N + E + L_3) + N with L_1 = C log2(4 d l / eps),
+    L_2 = 3 + 2 ceil(log2(4 l 3^(d v m) / (eps c))) + 5 ceil(log2(d v m)), L_3 = C log2(6 T_0 / eps), E = l;
+    C and c = c_(d,m) are not specified by the paper (the paper's log is read as log2)."""
+    T0 = thm1_rounds(l)
+    k = max(d, m)
+    L1 = C * math.log2(4 * d * l / eps)
+    L2 = 3 + 2 * math.ceil(math.log2(4 * l * 3.0**k / (eps * c))) + 5 * math.ceil(math.log2(k))
+    L3 = C * math.log2(6 * T0 / eps) if T0 else 0.0
+    return C * (N * l + L1) + L2 * lemma5_width(d, m) ** 2 * N + C * T0 * (N + l + L3) + N
+
+
+@paper_formula
+def thm1_nonzero_slope(Ns, l: int, d: int, m: int, eps: float, C: float = 1.0, c: float = 1.0) -> float:
+    """Log-log slope in N of `thm1_nonzero` over the atom counts ``Ns`` (close to 1: S is affine in N)."""
+    S = [thm1_nonzero(int(N), l, d, m, eps, C, c) for N in Ns]
+    return float(np.polyfit(np.log(np.asarray(Ns, dtype=float)), np.log(S), 1)[0])
+
+
+@paper_formula
+def thm1_weight_scale(gamma: float, kmax: int, m: int) -> float:
+    """The largest weight Theorem 1's proof writes: gamma (attention logits), 2^kmax (the scales 2^k of
+    M_(1,1)) and B_0 = 2 (m + 1)^m (Lemma 5); the paper's B <~ N^(...) is the order of 2^kmax."""
+    return max(float(gamma), 2.0 ** int(kmax), float(lemma5_weight_bound(m)))
+
+
+@paper_formula
 def flat_width(N: int, D: int, m: int) -> int:
     """Width W_0(D) N of the fully connected network of Suzuki (2019) on the flattened input of dimension D."""
     return lemma5_width(D, m) * N
@@ -107,5 +143,6 @@ def lemma6_attention_lipschitz(H: int, W: int, B: float) -> float:
 
 
 __all__ = ["lemma3_weight_bound", "lemma4_depth", "lemma5_width", "lemma5_weight_bound", "lemma5_depth",
-           "lemma5_depth_growth", "thm1_rounds", "thm1_heads", "thm1_width", "thm1_width_growth", "flat_width",
+           "lemma5_depth_growth", "thm1_rounds", "thm1_heads", "thm1_width", "thm1_width_growth", "thm1_embedding",
+           "thm1_nonzero", "thm1_nonzero_slope", "thm1_weight_scale", "flat_width",
            "flat_width_slope", "lemma6_attention_lipschitz"]

@@ -37,8 +37,15 @@ class BesovConstruction(Construction):
         return len(self.layers)
 
     def num_parameters(self) -> int:
-        """Stored scalars: ``counted_sizes().stored``."""
-        return sum(p.numel() for p in self.parameters())
+        """Stored scalars: ``counted_sizes().stored`` (with the index entries of weights stored sparse)."""
+        return self.counted_sizes().stored
+
+    def to_device(self, device) -> "BesovConstruction":
+        """Move every layer to ``device`` (``tfbook.device.default_device()`` in the notebooks); returns self.
+        Inputs must be on the same device; the results are float64 on it."""
+        for layer in self.layers:
+            layer.to(device)
+        return self
 
 
 class SlotNet(BesovConstruction):

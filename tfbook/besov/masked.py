@@ -102,7 +102,7 @@ def masked_reference(X, atoms: list, rankings, t: int, u: float) -> torch.Tensor
     X = validate.tensor("X", X, shape=(None, None, 1), low=0.0, high=1.0)
     Y = quantize(X, keep_mask(X, rankings, t), u)
     r = regions(X)
-    out = torch.zeros(len(X), dtype=DTYPE)
+    out = torch.zeros(len(X), dtype=DTYPE, device=X.device)
     for reg, (k, j, c) in enumerate(atoms):
         sel = r == reg
         if bool(sel.any()):

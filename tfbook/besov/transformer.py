@@ -35,7 +35,7 @@ from tfbook.besov.program import (FFLayer, Stream, add_clip, emit_clip, emit_pro
                                   spline_depth, spline_scratch)
 from tfbook.besov.references import check_atoms, order
 from tfbook.device import DTYPE
-from tfbook.layers import Attention, Block, Transformer
+from tfbook.layers import Attention, Block, Transformer, weight_from_entries
 
 
 def rounds(l: int) -> int:
@@ -127,10 +127,9 @@ class BesovTransformer(BesovConstruction):
             p = partner(i, t, l)
             if p is not None:
                 W_K[0, i, int(pe[p])] = gamma  # k_j = gamma B[:, j], B[i, p] = 1
-        W_V = torch.zeros(1, N, D, dtype=DTYPE)
-        W_V[0, torch.arange(N), torch.as_tensor(A)] = 1.0
-        W_O = torch.zeros(1, D, N, dtype=DTYPE)
-        W_O[0, torch.as_tensor(Z), torch.arange(N)] = 1.0
+        zero, atoms = np.zeros(N, dtype=np.int64), np.arange(N)  # (N,): head 0, value row n per atom
+        W_V = weight_from_entries((1, N, D), [(zero, atoms, np.asarray(A), np.ones(N))])  # reads atom n's slot
+        W_O = weight_from_entries((1, D, N), [(zero, np.asarray(Z), atoms, np.ones(N))])  # writes it back
         return Attention.stacked(W_Q, W_K, W_V, W_O, name=name)
 
     # --- the paper's interface ----------------------------------------------------------------------
