@@ -41,6 +41,11 @@ def test_repository_switch_is_validated(tmp_path):
     config.write_text("repository:\n  url: git@example.org:x\n")
     with pytest.raises(ValueError, match="repository.url .* must be an https URL"):
         repository.settings(config)
+    config.write_text("title: no repository\n")
+    assert repository.settings(config) == repository.Repository("", False)
+    config.write_text("repository:\n  public: true\n")
+    with pytest.raises(ValueError, match="repository.url .* must be an https URL"):
+        repository.settings(config)
 
 
 def test_unpublished_repository_removes_every_button(tmp_path):

@@ -21,14 +21,15 @@ class Repository:
 
 
 def settings(config: Optional[pathlib.Path] = None) -> Repository:
-    """``repository.url`` (an https URL) and ``repository.public`` (a boolean) from ``_config.yml``."""
+    """``repository.url`` (an https URL, or absent) and ``repository.public`` (a boolean, default false;
+    true needs a URL) from ``_config.yml``."""
     import yaml
 
     path = config or ROOT / "_config.yml"
     section = (yaml.safe_load(path.read_text()) or {}).get("repository", {}) or {}
     url, public = section.get("url", ""), section.get("public", False)
-    if not isinstance(url, str) or not url.startswith("https://"):
-        raise ValueError(f"repository.url in {path} must be an https URL, got {url!r}")
     if not isinstance(public, bool):
         raise ValueError(f"repository.public in {path} must be true or false, got {public!r}")
+    if not isinstance(url, str) or not (url.startswith("https://") or (url == "" and not public)):
+        raise ValueError(f"repository.url in {path} must be an https URL, got {url!r}")
     return Repository(url.rstrip("/"), public)
