@@ -25,7 +25,7 @@ import torch
 
 from tfbook import bench
 from tfbook.besov import estimation, formulas, masked
-from tfbook.besov.estimation import best_grid_mse, hat_features
+from tfbook.besov.estimation import best_grid_mse, fitted_slopes, hat_features, sieve_fit
 from tfbook.besov.gadgets import (BSplineNet, ProductNet, bspline_net, bspline_net_error, product_error_range,
                                   product_net, product_reference, spline_factor_constant, yarotsky)
 from tfbook.besov.formulas import (flat_width, flat_width_slope, lemma3_weight_bound, lemma4_depth, lemma5_depth,
@@ -35,8 +35,8 @@ from tfbook.besov.formulas import (flat_width, flat_width_slope, lemma3_weight_b
 from tfbook.besov.grids import (aniso_interpolant, hat_interpolate, levels, quantize, sparse_evaluate, sparse_interpolant, token_mask,
                                 weierstrass)
 from tfbook.besov.masked import MaskedTransformer, build_masked_transformer, masked_error_bound, thm5_atoms
-from tfbook.besov.rates import (D, balance_fit, delta, eta, nu, num_atoms, paper_balance_power, risk_exponents,
-                                smoothness, token_count)
+from tfbook.besov.rates import (D, balance_fit, delta, eta, hat_alpha_tilde, nu, num_atoms, paper_balance_power,
+                                paper_scope, risk_exponents, smoothness, token_count)
 from tfbook.besov.references import bspline, check_atoms, expansion
 from tfbook.besov.transformer import (BesovTransformer, atom_width, build_transformer, error_bound, fnn_baseline, leak, partner,
                                       paper_width, random_atoms, rounds, support_samples, transformer_sizes)
@@ -51,7 +51,8 @@ __all__ = [
     "product_error_range", "product_net", "product_reference", "quantize", "random_atoms", "risk_exponents",
     "rounds", "smoothness", "sparse_interpolant", "spline_factor_constant", "support_samples", "token_count",
     "token_mask", "transformer_sizes", "weierstrass", "yarotsky", "masked", "MaskedTransformer",
-    "build_masked_transformer", "masked_error_bound", "thm5_atoms",
+    "build_masked_transformer", "masked_error_bound", "thm5_atoms", "fitted_slopes", "sieve_fit", "hat_alpha_tilde",
+    "paper_scope",
 ]
 
 

@@ -13,7 +13,8 @@ Public API (see the chapter book/seq2seq):
 * the paper's size formulas (`formulas`, each a `tfbook.claims.paper_formula`): `eq7_width`, `eq7_growth`
   (Lemma D.1, Eq. (7)), `app_e_embedding_width`, `app_e_heads`, `app_e_chi` (App. E);
 * Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `make_motif_dataset`, `TinyViT`; with controls
-  (`tfbook.seq2seq.masking_study`): `masking_study` (one seed of the experiment), `random_jaccard`.
+  (`tfbook.seq2seq.masking_study`): `masking_study` (one seed of the experiment), `masking_studies`
+  (several seeds trained together), `random_jaccard`.
 """
 import torch
 
@@ -21,7 +22,7 @@ from tfbook import bench
 from tfbook.seq2seq import formulas
 from tfbook.seq2seq.masking import (TinyViT, global_greedy_mask, greedy_mask, jaccard, make_motif_dataset,
                                     train_classifier)
-from tfbook.seq2seq.masking_study import masking_study, random_jaccard
+from tfbook.seq2seq.masking_study import masking_studies, masking_study, random_jaccard
 from tfbook.seq2seq.ffn import trig_network
 from tfbook.seq2seq.models import (PaperSizes, Seq2SeqTransformer, attention_error_bound, build_approximator,
                                    build_extractor, build_selector, chi_for, pe_angle)
@@ -35,7 +36,7 @@ __all__ = ["G_count", "PaperSizes", "Seq2SeqTransformer", "TinyViT", "a_dagger",
            "block_frequencies", "blocks_below", "build_approximator", "build_extractor", "build_selector",
            "chi_for", "codes", "coherence", "estimation_rate", "extract_reference", "frequency_block", "gamma",
            "global_greedy_mask", "greedy_mask", "important_coords", "importance_values", "jaccard", "lemma_c3_dim",
-           "make_motif_dataset", "masking_study", "paper_forward", "pe_angle", "psi", "random_jaccard",
+           "make_motif_dataset", "masking_studies", "masking_study", "paper_forward", "pe_angle", "psi", "random_jaccard",
            "selection_reference", "shift", "static_baselines", "train_classifier", "trig_eval", "trig_network", "unit_ball_coeffs"]
 
 
