@@ -98,7 +98,8 @@ lab: $(STAMP)
 	$(PIP_INSTALL) -r requirements-lab.txt
 	$(QUICK) $(VENV)/bin/jupyter lab book
 
-## make screenshots: PNG of every rendered page (needs chromium; after make book-stored).
+## make screenshots: PNGs of the landing page, each chapter's first page and the claims page at 1400 and 412 px
+## (needs chromium; after make book-stored).
 screenshots: $(STAMP)
 	$(PY) tests/screenshots.py _build/html _build/screenshots
 

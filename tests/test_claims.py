@@ -80,18 +80,18 @@ def test_rows_carry_ratio_and_machine_independent_digits():
     assert d.table() == e.table() and d.html() == e.html() and d.record() == e.record()
 
 
-def test_plain_table_lines_fit_in_100_characters():
+def test_plain_table_lines_fit_in_the_book_column():
     c = cl.Claims("A long chapter title")
     c.check("Lemma 6 (Decomposition)", "every orbit sum of degree at most s decomposes into products "
             "of power sums, checked on all multi-indices of the full profile grid " * 2, 0.25, 1.0)
     c.check("Prop 1", "short", 1, 1, "==")
     lines = c.table().splitlines()
-    assert max(len(line) for line in lines) <= 100
-    assert "power sums" in c.table() and len(lines) > 5  # wrapped, not cut
+    assert cl.WIDTH == 88 and max(len(line) for line in lines) <= cl.WIDTH
+    assert "decomposes into" in c.table() and "full profile grid" in c.table() and len(lines) > 5  # wrapped, not cut
     c.check("Section 1 (sharing)", "counts", "[36, 2, 4, 377, 1, 12, 8]", "[36, 2, 4, 377, 1, 12, 8]", "==")
     c.check("Thm 1", "a number never wraps", -1.2345e-5, -1.2345e-4, ">=")
     lines = c.table().splitlines()
-    assert max(len(line) for line in lines) <= 100  # long string values wrap too
+    assert max(len(line) for line in lines) <= cl.WIDTH  # long string values wrap too
     assert "-1.23e-05" in c.table() and ">= -1.23e-04" in c.table()  # numbers stay whole
 
 
@@ -140,6 +140,38 @@ def test_show_prints_plain_text_outside_ipython(capsys):
     c = sample()
     c.show()
     assert capsys.readouterr().out.strip() == c.table()
+
+
+def test_show_prints_each_claim_once_while_the_record_stays_cumulative(capsys, monkeypatch):
+    c = sample()
+    first = len(c)
+    c.show()
+    capsys.readouterr()
+    c.check("Thm 7", "a later claim", 1.0, 2.0)
+    c.check("Thm 8", "another later claim", 1.0, 2.0)
+    c.show()
+    out = capsys.readouterr().out
+    assert f"(claims {first + 1} to {first + 2})" in out
+    assert "a later claim" in out and "another later claim" in out
+    assert not any(x.statement in out for x in c.items[:first])
+    c.show()
+    assert f"no claims since claim {first + 2}" in capsys.readouterr().out
+    shown = []
+    import IPython.display
+
+    class Shell:
+        pass
+
+    monkeypatch.setattr("IPython.get_ipython", lambda: Shell())
+    monkeypatch.setattr(IPython.display, "display", lambda bundle, raw: shown.append(bundle))
+    c.check("Thm 9", "the last claim", 1.0, 2.0)
+    c.show()
+    (bundle,) = shown
+    assert [r["statement"] for r in bundle[cl.MIME]["claims"]] == [x.statement for x in c.items]
+    assert "the last claim" in bundle["text/html"] and "a later claim" not in bundle["text/html"]
+    assert "the last claim" in bundle["text/plain"] and "a later claim" not in bundle["text/plain"]
+    with pytest.raises(ValueError, match="start must be"):
+        c.table(start=len(c) + 1)
 
 
 def test_record_mode_records_failures_to_the_sink(monkeypatch, tmp_path):
@@ -256,8 +288,8 @@ def test_a_formula_takes_numbers_only(value):
 def test_trivial_scale_is_printed_and_a_bound_above_it_is_not_a_claim():
     c = cl.Claims("t")
     c.check("Thm 1", "sup error of the construction", 0.01, 0.02, trivial=0.8)
-    lines = c.table().splitlines()
-    assert lines[4].strip() == "trivial scale 0.800; bound/trivial 0.0250"
+    below = [line.strip() for line in c.table().splitlines()[4:]]  # the lines under the claim's row
+    assert " ".join(below) == "trivial scale 0.800; bound/trivial 0.0250"
     record = c.record()["claims"][0]
     assert record["trivial"] == "0.800" and record["bound_over_trivial"] == "0.0250"
     assert "trivial scale 0.800; bound/trivial 0.0250" in c.html()

@@ -1,7 +1,8 @@
 """The rendered book as a reader sees it (run after `make book-stored`; `make test-html`).
 
-No object reprs in outputs, no output line over 100 characters, no TeX in page titles, every image
-present, every page of the TOC rendered. Parses _build/html with the standard library.
+No object reprs in outputs, no code or output line over 88 characters, no TeX in page titles, every
+image present, captioned and described, no claim row shown twice on a page, no reference without its
+text, every page of the TOC rendered. Parses _build/html with the standard library.
 """
 import html.parser
 import pathlib
@@ -16,42 +17,83 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
 pytestmark = pytest.mark.html
 REPRS = ("Claim(", "Claims(", "<matplotlib", " at 0x", "<Figure size", "<torch.", "<function ")
-MAX_LINE = 100
+MAX_LINE = 88
+BARE_REFERENCE = {"", "Lemma", "Theorem", "Definition", "Proposition", "Corollary", "Fig.", "Figure"}
 
 
 class Page(html.parser.HTMLParser):
-    """Collects the title, image sources and the text of cell outputs (by line, for <pre> blocks)."""
+    """Collects the title, images (source, alt text, inside a captioned figure or not), the text of
+    cell outputs and of code cells (by line, for <pre> blocks), the rows of claims tables and the text
+    of internal references."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.title, self.images, self.output_text, self.pre_text = "", [], [], []
-        self._stack: list[tuple[str, bool, bool]] = []  # (tag, inside output, inside pre)
+        self.title, self.images, self.output_text, self.pre_text, self.code_text = "", [], [], [], []
+        self.figures: list[dict] = []  # per cell-output image: alt, inside a <figure>, the figure's caption
+        self.claim_rows: list[str] = []
+        self.references: list[str] = []
+        # (tag, inside output, inside pre, inside code input, inside claims table, inside reference)
+        self._stack: list[tuple[str, bool, bool, bool, bool, bool]] = []
         self._in_title = False
+        self._figure: list[dict] = []  # open <figure> elements
+        self._row: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
-        out = bool(self._stack and self._stack[-1][1]) or "cell_output" in (attrs.get("class") or "")
-        pre = bool(self._stack and self._stack[-1][2]) or tag == "pre"
+        cls = attrs.get("class") or ""
+        top = self._stack[-1] if self._stack else ("", False, False, False, False, False)
+        out = top[1] or "cell_output" in cls
+        pre = top[2] or tag == "pre"
+        code = top[3] or "cell_input" in cls
+        claims = top[4] or (tag == "table" and "tfbook-claims" in cls)
+        ref = top[5] or (tag == "a" and "reference internal" in cls)
         if tag in ("img", "br", "meta", "link", "input", "hr", "source", "wbr"):
             if tag == "img":
                 self.images.append(attrs.get("src", ""))
+                if out:
+                    fig = self._figure[-1] if self._figure else None
+                    self.figures.append({"src": attrs.get("src", ""), "alt": attrs.get("alt", ""), "figure": fig})
             return
-        self._stack.append((tag, out, pre))
+        if tag == "figure":
+            self._figure.append({"caption": ""})
+        if claims and tag == "tr":
+            self._row = []
+        self._stack.append((tag, out, pre, code, claims, ref))
         self._in_title = tag == "title"
+        if ref and not top[5]:
+            self.references.append("")
 
     def handle_endtag(self, tag):
         while self._stack:
-            if self._stack.pop()[0] == tag:
+            popped = self._stack.pop()
+            if popped[0] == "tr" and popped[4] and self._row:
+                self.claim_rows.append(" | ".join(self._row))
+            if popped[0] == "figure" and self._figure:
+                self._figure.pop()
+            if popped[0] == tag:
                 break
         self._in_title = False
 
     def handle_data(self, data):
         if self._in_title:
             self.title += data
-        if self._stack and self._stack[-1][1]:
+        if not self._stack:
+            return
+        top = self._stack[-1]
+        if top[1]:
             self.output_text.append(data)
-            if self._stack[-1][2]:
+            if top[2]:
                 self.pre_text.append(data)
+        if top[3] and top[2]:
+            self.code_text.append(data)
+        if top[4] and top[0] == "td":
+            self._row.append(data.strip())
+        elif top[4] and len(self._stack) > 1 and self._stack[-2][0] == "td" and self._row is not None:
+            self._row.append(data.strip())
+        if top[5]:
+            self.references[-1] += data
+        if self._figure and any(t[0] == "figcaption" for t in self._stack):
+            self._figure[-1]["caption"] += data
 
 
 def pages():
@@ -96,9 +138,28 @@ def test_page_reads_cleanly(name):
         assert bad not in text, f"object repr {bad!r} in an output of {name}"
     long = [line for line in "".join(page.pre_text).splitlines() if len(line) > MAX_LINE]
     assert not long, f"{len(long)} output lines over {MAX_LINE} characters in {name}, e.g. {long[0][:120]!r}"
+    long = [line for line in "".join(page.code_text).splitlines() if len(line) > MAX_LINE]
+    assert not long, f"{len(long)} code lines over {MAX_LINE} characters in {name}, e.g. {long[0][:120]!r}"
+    twice = sorted({row for row in page.claim_rows if page.claim_rows.count(row) > 1})
+    assert not twice, f"{len(twice)} claim rows shown twice on {name}, e.g. {twice[0][:120]!r}"
+    bare = [text for text in page.references if text.strip() in BARE_REFERENCE]
+    assert not bare, f"{len(bare)} references without their text on {name}, e.g. {bare[0]!r}"
+    for fig in page.figures:
+        assert fig["figure"] is not None, f"an output image without a figure (caption, number) on {name}"
+        assert len(fig["figure"]["caption"].strip()) > 20, f"a figure without a caption on {name}"
+        alt = fig["alt"].strip()
+        assert len(alt) > 20 and not re.fullmatch(r"[0-9a-f]{16,}(\.png)?", alt), f"alt text {alt!r} on {name}"
     for src in page.images:
         url = urlparse(src)
         if url.scheme in ("http", "https", "data"):
             continue
         target = (path.parent / unquote(url.path)).resolve()
         assert target.exists(), f"missing image {src} on {name}"
+
+
+def test_mathematics_renders_offline():
+    """Pages load the MathJax shipped in _static (no CDN), so the book reads without internet."""
+    page = (HTML / "book" / "intro.html").read_text(encoding="utf-8")
+    assert "_static/mathjax/tex-mml-chtml.js" in page and "cdn.jsdelivr.net/npm/mathjax" not in page
+    assert (HTML / "_static" / "mathjax" / "tex-mml-chtml.js").exists()
+    assert any((HTML / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))

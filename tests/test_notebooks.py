@@ -1,5 +1,6 @@
 """Every notebook of the book starts with the install cell (URL from _config.yml), hidden and skipped."""
 import pathlib
+import re
 
 import nbformat
 import pytest
@@ -132,3 +133,54 @@ def test_figure_widget_and_table_cells_are_folded(name):
     if any(notebooks._WIDGETS.search(c.source) for c in nb.cells if c.cell_type == "code"):
         assert any("needs a running kernel" in c.source for c in nb.cells if c.cell_type == "markdown"), \
             "a page with a widget says that its sliders need a running kernel and where the static figure is"
+
+
+@pytest.mark.parametrize("name", BOOK)
+def test_every_executed_claim_is_shown(name):
+    """The executor counts the claims a notebook checks (``claims_executed``); the last records its
+    tables store, which the claims page reads, must hold as many: none checked and never shown."""
+    from tfbook.claims_page import stored_records
+
+    nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
+    executed = nb.metadata.get("tfbook", {}).get("claims_executed")
+    assert isinstance(executed, int), f"{name}: no claims_executed in its metadata: execute it again"
+    shown = sum(len(record["claims"]) for record, _ in stored_records(nb))
+    assert shown == executed, f"{name}: {executed} claims executed, {shown} in its stored tables"
+
+
+SMALL_FONT = re.compile(r"\b(?:fontsize|labelsize)\s*=\s*(?:[0-9](?:\.\d+)?\b|['\"](?:xx-small|x-small|small)['\"])")
+
+
+@pytest.mark.parametrize("name", BOOK)
+def test_code_and_printed_lines_fit_the_column_and_fonts_are_readable(name):
+    """Every code line and printed line within 88 characters (folded or not); no font below 10 pt."""
+    nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        wide = [line for line in cell.source.splitlines() if len(line) > 88]
+        assert not wide, f"{name}, code cell {i}: {len(wide)} lines over 88 characters, e.g. {wide[0]!r}"
+        assert not SMALL_FONT.search(cell.source), f"{name}, code cell {i}: a font below 10 pt"
+        for out in cell.get("outputs", []):
+            text = out.get("text") or out.get("data", {}).get("text/plain", "")
+            wide = [line for line in "".join(text).splitlines() if len(line) > 88]
+            assert not wide, f"{name}, code cell {i}: a printed line over 88 characters: {wide[0]!r}"
+
+
+def test_every_figure_has_a_caption_a_unique_name_and_alt_text():
+    """Each cell that draws a figure draws one, captioned, named and described (myst-nb metadata)."""
+    names: dict[str, str] = {}
+    for name in BOOK:
+        nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
+        for i, cell in enumerate(nb.cells):
+            images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+            if not images:
+                continue
+            where = f"{name}, cell {i}"
+            assert len(images) == 1, f"{where}: {len(images)} figures in one cell (one caption each)"
+            meta = cell.metadata.get("mystnb", {})
+            figure, image = meta.get("figure", {}), meta.get("image", {})
+            assert len(figure.get("caption", "")) > 20, f"{where}: no caption (metadata mystnb.figure)"
+            assert len(image.get("alt", "")) > 20, f"{where}: no alt text (metadata mystnb.image.alt)"
+            label = figure.get("name", "")
+            assert re.fullmatch(r"fig-[a-z0-9-]+", label), f"{where}: figure name {label!r} is not fig-..."
+            assert label not in names, f"{where}: figure name {label} also used in {names.get(label)}"
+            names[label] = where

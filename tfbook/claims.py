@@ -74,7 +74,7 @@ KINDS = {"construction": "constr", "size": "size", "paper": "paper", "experiment
 """The kinds of claim, each with its label in the plain-text table."""
 UPPER = ("<=", "<")
 """The relations of an upper bound: the only ones that take a trivial scale."""
-WIDTH = 100
+WIDTH = 88
 """Maximum line length of the plain-text table."""
 MODE_ENV, SINK_ENV = "TFBOOK_CLAIMS", "TFBOOK_CLAIMS_SINK"
 MODES = ("raise", "record")
@@ -306,7 +306,7 @@ class Claims:
 
     def __init__(self, title: str, scratch: bool = False):
         """``scratch=True``: claims about a deliberately changed model (a mutation shown inside a notebook);
-        they are never appended to the record-only sink, so reports and the claims audit count only the
+        they are never appended to the claims sink (``TFBOOK_CLAIMS_SINK``), so reports and the claims audit count only the
         chapter's own claims. Read their outcome with `all_hold` (record-only mode raises nothing)."""
         if not isinstance(title, str) or not title:
             raise ValueError(f"title must be a non-empty str, got {title!r}")
@@ -314,6 +314,7 @@ class Claims:
             raise ValueError(f"scratch must be a bool, got {scratch!r}")
         self.title, self.scratch = title, scratch
         self.items: list[Claim] = []
+        self.shown = 0  # claims already displayed by `show`: the next table starts after them
 
     def check(
         self,
@@ -365,24 +366,24 @@ class Claims:
                       relation, holds, bool(roundoff), _current_cell(), kind, shown_trivial, over, name)
         self.items.append(claim)
         recording = mode() == "record"
-        if recording:
-            sink = None if self.scratch else os.environ.get(SINK_ENV)
-            if sink:
-                with open(sink, "a", encoding="utf-8") as f:
-                    f.write(json.dumps({"title": self.title, **asdict(claim), "raw_measured": repr(measured)}) + "\n")
+        sink = None if self.scratch else os.environ.get(SINK_ENV)
+        if sink:  # every executed claim, in either mode: the audit reads them, the executor counts them
+            with open(sink, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"title": self.title, **asdict(claim), "raw_measured": repr(measured)}) + "\n")
         if not holds and not recording:
             raise ClaimError(f"{ref}: {statement}: measured {measured!r} is not {relation} {bound!r}")
 
-    def table(self, width: int = WIDTH) -> str:
-        """The claims as a plain-text table, lines of at most ``width`` characters.
+    def table(self, width: int = WIDTH, start: int = 0) -> str:
+        """The claims from number ``start`` on as a plain-text table, lines of at most ``width`` characters.
 
         Columns too wide for ``width`` wrap at spaces: first the claim (down to 16 characters), then
         the bound and measured values (down to 12 and 10, which every number fits: only lists and
         other strings wrap), then the ref (down to 8).
         """
         header = ("ref", "claim", "kind", "measured", "bound", "measured/bound", "holds")
-        rows = [c.row() for c in self.items]
-        notes = [c.trivial_note() for c in self.items]
+        items = self._items_from(start)
+        rows = [c.row() for c in items]
+        notes = [c.trivial_note() for c in items]
         widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(7)]
         widths[1] = max([widths[1]] + [len(n) for n in notes if n])
         widths[0] = min(widths[0], 18)
@@ -401,13 +402,14 @@ class Claims:
                 out.append("  ".join(p.rjust(w) if r else p.ljust(w) for p, w, r in zip(parts, widths, right)).rstrip())
             return out
 
-        lines = [self.title, *line(header), "  ".join("-" * w for w in widths)]
+        lines = [*_wrap(self.caption(start), width), *line(header), "  ".join("-" * w for w in widths)]
         for r, note in zip(rows, notes):
             lines += line(r, note)
         return "\n".join(lines)
 
-    def html(self) -> str:
-        """The claims as an HTML table (wrapping text, numbers right-aligned, a visible holds mark)."""
+    def html(self, start: int = 0) -> str:
+        """The claims from number ``start`` on as an HTML table (wrapping text, numbers right-aligned, a
+        visible holds mark)."""
         esc = html.escape
         num = 'style="text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums"'
         head = ("<tr><th style=\"text-align:left\">ref</th><th style=\"text-align:left\">claim</th>"
@@ -415,7 +417,7 @@ class Claims:
                 "<th style=\"text-align:right\">measured</th><th style=\"text-align:right\">bound</th>"
                 "<th style=\"text-align:right\">measured/bound</th><th style=\"text-align:center\">holds</th></tr>")
         body = []
-        for c in self.items:
+        for c in self._items_from(start):
             mark = ('<span style="color:#1a7f37;font-weight:bold">&#10004; yes</span>' if c.holds
                     else '<span style="color:#cf222e;font-weight:bold">&#10008; NO</span>')
             note = c.trivial_note()
@@ -426,8 +428,21 @@ class Claims:
                         f"<td {num}>{esc(c.measured)}</td><td {num}>{esc(c.relation)}&nbsp;{esc(c.bound)}</td>"
                         f"<td {num}>{esc(c.ratio)}</td><td style=\"text-align:center;white-space:nowrap\">{mark}</td></tr>")
         return ("<table class=\"tfbook-claims\" style=\"width:100%;border-collapse:collapse;table-layout:auto\">"
-                f"<caption style=\"caption-side:top;text-align:left;font-weight:bold\">{esc(self.title)}</caption>"
+                f"<caption style=\"caption-side:top;text-align:left;font-weight:bold\">{esc(self.caption(start))}</caption>"
                 f"<thead>{head}</thead><tbody>{''.join(body)}</tbody></table>")
+
+    def _items_from(self, start: int) -> list[Claim]:
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= len(self.items):
+            raise ValueError(f"start must be an int in [0, {len(self.items)}], got {start!r}")
+        return self.items[start:]
+
+    def caption(self, start: int = 0) -> str:
+        """The table's title; a table that continues an earlier one names the claims it shows."""
+        if start == 0:
+            return self.title
+        if start == len(self.items):
+            return f"{self.title} (no claims since claim {start})"
+        return f"{self.title} (claims {start + 1} to {len(self.items)})"
 
     def record(self) -> dict[str, Any]:
         """The machine-readable record stored with the table (display strings only)."""
@@ -437,16 +452,20 @@ class Claims:
         return {"text/plain": self.table(), "text/html": self.html(), MIME: self.record()}
 
     def show(self) -> None:
-        """Display the table: a mimebundle in IPython, the plain text elsewhere."""
+        """Display the claims added since the previous `show` (all of them the first time): a mimebundle
+        in IPython, the plain text elsewhere. The bundle's machine-readable record holds every claim so
+        far, so the last record of a page is its complete list."""
+        start, self.shown = self.shown, len(self.items)
         try:
             from IPython import get_ipython
             from IPython.display import display
         except ImportError:
             get_ipython = None
         if get_ipython is None or get_ipython() is None:
-            print(self.table())
+            print(self.table(start=start))
             return
-        display(self._repr_mimebundle_(), raw=True)
+        bundle = {"text/plain": self.table(start=start), "text/html": self.html(start), MIME: self.record()}
+        display(bundle, raw=True)
 
     def verdicts(self, width: int = WIDTH) -> str:
         """Each claim's ref, kind, statement, relation, bound and verdict, without the measured value.

@@ -77,6 +77,20 @@ def toc_chapters(root: pathlib.Path = ROOT) -> list[list[str]]:
     return [c for c in chapters if c]
 
 
+def toc_captions(root: pathlib.Path = ROOT) -> dict[str, str]:
+    """The part caption of ``_toc.yml`` (the chapter's topic, as the sidebar names it) for the first
+    notebook of each part."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    out = {}
+    for part in toc.get("parts", []):
+        chapters = part.get("chapters", [])
+        if part.get("caption") and chapters and "file" in chapters[0]:
+            out[chapters[0]["file"]] = part["caption"]
+    return out
+
+
 def heading_text(line: str) -> str:
     """The slug text of a markdown heading line: text and code, without math (as MyST computes it)."""
     from markdown_it import MarkdownIt
@@ -169,6 +183,7 @@ def statement_key(text: str, start: bool = False) -> list[tuple[str, str]]:
 
 def collect(root: pathlib.Path = ROOT) -> list[Chapter]:
     chapters = []
+    captions = toc_captions(root)
     for files in toc_chapters(root):
         notebooks = [read_notebook(root / f"{f}.ipynb", f) for f in files]
         labels: dict[tuple[str, str], str] = {}
@@ -181,7 +196,7 @@ def collect(root: pathlib.Path = ROOT) -> list[Chapter]:
                 for key in statement_key(named):
                     if key[0] == st.kind or rank == 2:
                         labels.setdefault(key, st.label)
-        chapters.append(Chapter(notebooks[0].title, notebooks, labels))
+        chapters.append(Chapter(captions.get(files[0], notebooks[0].title), notebooks, labels))
     return chapters
 
 
@@ -233,6 +248,12 @@ def _counts(notebooks: list[Notebook], audit: Optional[dict[str, Any]]) -> list[
         [str(sum(not a["broken_by"] for a in constr))]
 
 
+def _tally(notebooks: list[Notebook]) -> tuple[int, int]:
+    """(claims, claims that hold) over ``notebooks``."""
+    rows = [r for nb in notebooks for r in nb.rows]
+    return len(rows), sum(bool(r[2]["holds"]) for r in rows)
+
+
 def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, Any]] = None) -> str:
     """The page's markdown (deterministic: a function of the stored records and the claims audit only)."""
     base = pathlib.PurePosixPath(page).parent
@@ -241,8 +262,6 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
         return str(pathlib.PurePosixPath(path).relative_to(base)) + ".ipynb"
 
     with_claims = [c for c in chapters if c.counts()[0]]
-    total = sum(c.counts()[0] for c in with_claims)
-    held = sum(c.counts()[1] for c in with_claims)
     sabotages = list(claims_audit.SABOTAGES)
     lines = [
         "(claims-index)=",
@@ -273,18 +292,22 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
         "This page is generated from the claims tables stored in the notebooks and the claims audit",
         "(`python -m tfbook.claims_page`); it is rebuilt whenever the notebooks are re-executed.",
         "",
-        "| chapter | notebooks | claims | hold | fail | " + " | ".join(KINDS) + " | "
-        + " | ".join(f"broken by {s}" for s in sabotages) + " | unbroken |",
-        "|:---|" + "---:|" * (4 + len(KINDS) + len(sabotages) + 1),
     ]
-    for chapter in with_claims:
-        n, h = chapter.counts()
-        first = chapter.notebooks[0]
-        lines.append(f"| {_link(_md(chapter.title), rel(first.path))} | {len(chapter.notebooks)} | {n} | {h} | {n - h} | "
-                     + " | ".join(_counts(chapter.notebooks, audit)) + " |")
+    # three narrow tables (they fit a phone): claims and verdicts, kinds, the audit
     every = [nb for c in with_claims for nb in c.notebooks]
-    lines += [f"| **all chapters** | {len(every)} | **{total}** | {held} | {total - held} | "
-              + " | ".join(_counts(every, audit)) + " |", ""]
+    groups = [(with_claims, lambda c: _link(_md(c.title), rel(c.notebooks[0].path)), lambda c: c.notebooks),
+              ([None], lambda c: "**all chapters**", lambda c: every)]
+    tables = [("Claims per chapter", ["notebooks", "claims", "hold", "fail"],
+               lambda nbs: [str(len(nbs)), *(lambda n, h: [str(n), str(h), str(n - h)])(*_tally(nbs))]),
+              ("Claims by kind", list(KINDS), lambda nbs: _counts(nbs, audit)[:len(KINDS)]),
+              ("Construction claims broken by each sabotage", [*sabotages, "unbroken"],
+               lambda nbs: _counts(nbs, audit)[len(KINDS):])]
+    for caption, columns, cells in tables:
+        lines += [f"**{caption}**", "", "| chapter | " + " | ".join(columns) + " |",
+                  "|:---|" + "---:|" * len(columns)]
+        for items, name, nbs_of in groups:
+            lines += [f"| {name(c)} | " + " | ".join(cells(nbs_of(c))) + " |" for c in items]
+        lines.append("")
     for chapter in with_claims:
         n, h = chapter.counts()
         lines += [f"## {_md(chapter.title)}", "", f"{n} claims, {h} hold.", ""]
