@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from tfbook import validate
-from tfbook.device import DTYPE, default_device
+from tfbook.device import DTYPE
 from tfbook.icgd.nets import ACTIVATIONS, LOSSES, NetSpec, activation
 from tfbook.icgd.relu_sums import ReluSum, identity_relu, interpolant, ramp, tailed_interpolant
 from tfbook.layers import Attention, ElementwiseMultiplication, FeedForward, weight_from_entries
@@ -495,9 +495,10 @@ def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: flo
     so its sup error, at most `table_bound` (1.4e-4 for softplus, 3.4e-4 for tanh' at the default M = 256),
     does not grow with R or R_u.
 
-    The weights are written as their non-zero entries straight onto ``device`` (default: the active
-    profile's, `tfbook.device.default_device`); a large, sparse weight is never materialised dense and
-    is stored by the core as CSR arrays (every accessor still returns it dense).
+    The weights are written as their non-zero entries straight onto ``device`` (a torch device or its
+    name, e.g. ``tfbook.device.default_device()``; default the CPU, where the chapter's references and
+    plots run); a large, sparse weight is never materialised dense and is stored by the core as CSR
+    arrays (every accessor still returns it dense).
     """
     for name, value in (("dx", dx), ("dy", dy), ("K", K), ("n", n), ("L", L), ("M", M)):
         validate.positive_int(name, value)
@@ -522,7 +523,7 @@ def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: flo
     R_u = B_out + y_bound  # residual range |p(N) - y|
     u_hat = table(LOSS_TABLE, R_u, int(M)) if loss_name == "logcosh" else None  # accurate beyond R_u too
     R_g = R_u + 1.0  # >= max(|z|, 1) >= |a . [z; 1]| for every unit on the query
-    lay, dev = icgd_layout(spec), torch.device(default_device() if device is None else device)
+    lay, dev = icgd_layout(spec), torch.device("cpu" if device is None else device)
     block = [(f"fwd{j}", forward_layer(lay, spec, j, r_hat, dev)) for j in range(1, N + 1)]
     block.append(("deriv", derivative_layer(lay, spec, dr_hat, dev)))
     block.append(("loss", loss_layer(lay, spec, u_hat, R_g, dev)))
