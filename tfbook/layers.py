@@ -235,28 +235,34 @@ def _sparse_worthy(numel: int, nonzero: int) -> bool:
     return numel >= SPARSE_MIN_NUMEL and nonzero < SPARSE_MAX_DENSITY * numel
 
 
-def weight_from_entries(shape: Sequence[int], entries: Sequence[tuple]) -> torch.Tensor:
-    """A weight of ``shape`` from entries ``(index arrays..., values)`` (repeated indices add up).
+def weight_from_entries(shape: Sequence[int], entries: Sequence[tuple], device=None) -> torch.Tensor:
+    """A weight of ``shape`` from entries ``(index arrays..., values)`` (broadcast together; repeated
+    indices add up), on ``device`` (default the CPU).
 
     Returns a dense tensor (built exactly as ``zeros(shape).index_put_(..., accumulate=True)``), or a
     sparse COO tensor when there are fewer entries than a sparse weight may hold (see `_sparse_worthy`):
-    a builder then never materialises the dense matrix, and the layer decides its storage.
+    a builder then never materialises the dense matrix, and the layer decides its storage. On ``meta``
+    the weight is dense (shapes only, nothing allocated).
     """
     shape = tuple(int(s) for s in shape)
+    device = torch.device("cpu" if device is None else device)
     numel = int(np.prod(shape)) if shape else 1
-    count = sum(max(int(np.size(a)) for a in e) for e in entries)  # an upper bound on the non-zeros
+    count = sum(int(np.prod(np.broadcast_shapes(*(np.shape(a) for a in e)))) for e in entries)  # >= non-zeros
+    if device.type == "meta":
+        return torch.zeros(shape, dtype=DTYPE, device=device)
     if not _sparse_worthy(numel, count) or _WEIGHTS is not None:
-        W = torch.zeros(shape, dtype=DTYPE)
+        W = torch.zeros(shape, dtype=DTYPE, device=device)
         for *index, values in entries:
-            W.index_put_(tuple(torch.as_tensor(i) for i in index), torch.as_tensor(values, dtype=DTYPE),
-                         accumulate=True)
+            W.index_put_(tuple(torch.as_tensor(i, device=device) for i in index),
+                         torch.as_tensor(values, dtype=DTYPE, device=device), accumulate=True)
         return W
     index, values = [torch.zeros(len(shape), 0, dtype=torch.int64)], [torch.zeros(0, dtype=DTYPE)]
     for e in entries:
         e = [np.ascontiguousarray(a).ravel() for a in np.broadcast_arrays(*(np.asarray(a) for a in e))]
         index.append(torch.as_tensor(np.stack(e[:-1]), dtype=torch.int64))
         values.append(torch.as_tensor(e[-1], dtype=DTYPE))
-    return torch.sparse_coo_tensor(torch.cat(index, dim=1), torch.cat(values), shape, check_invariants=False).coalesce()
+    return torch.sparse_coo_tensor(torch.cat(index, dim=1).to(device), torch.cat(values).to(device), shape,
+                                   check_invariants=False).coalesce()
 
 
 def _matrix_entries(t: torch.Tensor, cols: bool) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
@@ -362,9 +368,13 @@ class _SparseWeights(nn.Module):
         """W @ X for the (2-D) weight ``name``, stored dense or sparse."""
         return self._times(name, X) if name in self._sparse else getattr(self, name) @ X
 
+    def index_tensors(self) -> list[torch.Tensor]:
+        """The index arrays (row pointers and columns) of the sparse weights, in storage order."""
+        return [getattr(self, f"{n}_{part}") for n in self._sparse for part in ("crow", "col")]
+
     def stored_entries(self) -> int:
         """Index entries stored by the sparse weights (their values are parameters, counted as such)."""
-        return sum(getattr(self, f"{n}_crow").numel() + getattr(self, f"{n}_col").numel() for n in self._sparse)
+        return sum(t.numel() for t in self.index_tensors())
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
@@ -397,6 +407,13 @@ class _SparseWeights(nn.Module):
 def stored_entries(layer: nn.Module) -> int:
     """Index entries a core layer stores besides its parameters (0 for a layer stored dense)."""
     return layer.stored_entries() if isinstance(layer, _SparseWeights) else 0
+
+
+def shared_index_entries(layers: Sequence[nn.Module]) -> int:
+    """Index entries stored by ``layers`` together, each index tensor counted once (layers that share
+    their storage, like the repeated blocks of a construction, store it once)."""
+    tensors = {id(t): t for layer in layers if isinstance(layer, _SparseWeights) for t in layer.index_tensors()}
+    return sum(t.numel() for t in tensors.values())
 
 
 # --- attention -------------------------------------------------------------------------------------
@@ -977,7 +994,7 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         """Number of stored scalars: every dense entry (zeros included), and a sparse weight's values and
         index entries (`stored_entries`)."""
-        return sum(p.numel() for p in self.parameters()) + sum(stored_entries(l) for _, l in self.named_sublayers())
+        return sum(p.numel() for p in self.parameters()) + shared_index_entries([l for _, l in self.named_sublayers()])
 
     def num_nonzero(self) -> int:
         """Number of non-zero scalar weights."""

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from tfbook.device import DTYPE
-from tfbook.layers import Block, FeedForward, Transformer, stored_entries
+from tfbook.layers import Block, FeedForward, Transformer, shared_index_entries
 from tfbook.layout import Layout
 
 Number = Union[int, float]
@@ -74,7 +74,8 @@ class Trace:
 
 def counted_sizes(layout_dim: int, layers: Sequence[nn.Module], parameters: Sequence[torch.Tensor]) -> Sizes:
     """A `Sizes` record counted from core layers and the given parameter tensors (a sparse weight's
-    values are among the parameters; its index entries are counted from its layer)."""
+    values are among the parameters; its index entries are counted from its layer, each index tensor
+    once)."""
     kinds = [layer.kind for layer in layers]
     attn = [layer for layer in layers if layer.kind in ("attn", "xattn")]
     headed = [layer for layer in layers if layer.kind in ("attn", "xattn", "ewml")]
@@ -89,7 +90,7 @@ def counted_sizes(layout_dim: int, layers: Sequence[nn.Module], parameters: Sequ
         embed_dim=layout_dim,
         ff_width=max((layer.hidden_width for layer in ffs), default=0),
         attention_width=max((layer.value_width for layer in attn), default=0),
-        stored=sum(p.numel() for p in unique) + sum(stored_entries(l) for l in {id(l): l for l in layers}.values()),
+        stored=sum(p.numel() for p in unique) + shared_index_entries(layers),
         nonzero=sum(int(torch.count_nonzero(p)) for p in unique),
         max_abs_weight=max((float(p.abs().max()) for p in unique if p.numel()), default=0.0),
     )

@@ -19,13 +19,14 @@ import copy
 import math
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 
 from tfbook import validate
 from tfbook.device import DTYPE
 from tfbook.icgd.nets import ACTIVATIONS, LOSSES, NetSpec, activation
 from tfbook.icgd.relu_sums import ReluSum, identity_relu, interpolant, ramp, tailed_interpolant
-from tfbook.layers import Attention, ElementwiseMultiplication, FeedForward
+from tfbook.layers import Attention, ElementwiseMultiplication, FeedForward, weight_from_entries
 from tfbook.layout import Layout
 from tfbook.model import Construction
 
@@ -187,130 +188,139 @@ def a_priori_R(spec: NetSpec, act: str, box: float, x_bound: float, M: int) -> f
 
 
 # --- the layers of one block ------------------------------------------------------------------------
+# Every weight is written as its non-zero entries (`_Entries`) and built once on the target device by
+# `tfbook.layers.weight_from_entries`: dense while small (quick sizes), a sparse tensor otherwise, which
+# the core then stores as CSR arrays. The dense stacked tensors are never materialised.
 
-def _zeros(h: int, m: int, D: int) -> torch.Tensor:
-    return torch.zeros(h, m, D, dtype=DTYPE)
+class _Entries:
+    """The non-zero entries of one weight of ``shape``, gathered as flat index and value arrays."""
+
+    def __init__(self, *shape: int):
+        self.shape = shape
+        self.parts: list[list[np.ndarray]] = []
+
+    def add(self, *index_and_values) -> None:
+        """Entries ``W[index...] = values``, the index arrays and values broadcast together."""
+        self.parts.append([a.ravel() for a in np.broadcast_arrays(*(np.asarray(a) for a in index_and_values))])
+
+    def weight(self, device) -> torch.Tensor:
+        """The weight on ``device`` (`weight_from_entries`): no index is written twice."""
+        if not self.parts:
+            return weight_from_entries(self.shape, [], device)
+        columns = tuple(np.concatenate([p[i] for p in self.parts]) for i in range(len(self.shape) + 1))
+        return weight_from_entries(self.shape, [columns], device)
 
 
-def _scalar_heads(lay: Layout, spec: NetSpec, units: list[tuple[int, int, str]], rs: ReluSum, write: callable):
+def _scalar_heads(lay: Layout, spec: NetSpec, units: list[tuple[int, int]], rs: ReluSum, write: Callable,
+                  device) -> tuple[torch.Tensor, ...]:
     """Heads (j, k, term) computing rs(v_{j_k} . p(j-1)), each writing into the coordinate write(j, k).
 
-    ``units`` lists (j, k, _) pairs; returns stacked W_Q, W_K (h, m, D), W_V (h, 1, D), W_O (h, D, 1).
+    ``units`` lists (j, k) pairs; returns stacked W_Q, W_K (h, m, D), W_V (h, 1, D), W_O (h, D, 1).
     """
     H, D = rs.num_terms, lay.dim
-    m = max(spec.shape(j)[1] for j, _, _ in units) + 1
+    m = max(spec.shape(j)[1] for j, _ in units) + 1
     h = len(units) * H
-    W_Q, W_K = _zeros(h, m, D), _zeros(h, m, D)
-    W_V, W_O = _zeros(h, 1, D), _zeros(h, D, 1)
-    one = lay.index("one")
-    for u, (j, k, _) in enumerate(units):
-        inp = spec.shape(j)[1]
-        src = lay[_source(j)].start
-        row = spec.row(j, k)
-        heads = slice(u * H, (u + 1) * H)
-        idx = torch.arange(inp)
-        W_Q[heads, idx, src + idx] = rs.a[:, :1].expand(H, inp)  # a_h[0] p(j-1)
-        W_Q[heads, m - 1, one] = rs.a[:, 1]  # a_h[1]
-        W_K[heads, idx, lay["w"].start + row.start + idx] = 1.0  # v_{j_k}
-        W_K[heads, m - 1, one] = 1.0
-        W_V[heads, 0, one] = rs.c
-        W_O[heads, write(j, k), 0] = 1.0
-    return W_Q, W_K, W_V, W_O
+    W_Q, W_K, W_V, W_O = _Entries(h, m, D), _Entries(h, m, D), _Entries(h, 1, D), _Entries(h, D, 1)
+    one, w0 = lay.index("one"), lay["w"].start
+    slope, shift, coef = rs.a[:, 0].numpy(), rs.a[:, 1].numpy(), rs.c.numpy()  # (H,) each
+    for u, (j, k) in enumerate(units):
+        src, idx = lay[_source(j)].start, np.arange(spec.shape(j)[1])  # idx (in_j,)
+        heads = np.arange(u * H, (u + 1) * H)  # (H,)
+        W_Q.add(heads[:, None], idx, src + idx, slope[:, None])  # a_h[0] p(j-1)
+        W_Q.add(heads, m - 1, one, shift)  # a_h[1]
+        W_K.add(heads[:, None], idx, w0 + spec.row(j, k).start + idx, 1.0)  # v_{j_k}
+        W_K.add(heads, m - 1, one, 1.0)
+        W_V.add(heads, 0, one, coef)
+        W_O.add(heads, write(j, k), 0, 1.0)
+    return tuple(W.weight(device) for W in (W_Q, W_K, W_V, W_O))
 
 
-def forward_layer(lay: Layout, spec: NetSpec, j: int, r_hat: ReluSum) -> ReluAttention:
+def forward_layer(lay: Layout, spec: NetSpec, j: int, r_hat: ReluSum, device=None) -> ReluAttention:
     """Lemma 2: writes p(j)[k] = r_hat(v_{j_k} . p(j-1)), out_j * num_terms heads."""
-    units = [(j, k, "") for k in range(spec.out(j))]
-    return _relu_attention(*_scalar_heads(lay, spec, units, r_hat, lambda jj, k: lay.index((f"p{jj}", k))))
+    units = [(j, k) for k in range(spec.out(j))]
+    write = lambda jj, k: lay.index((f"p{jj}", k))  # noqa: E731
+    return _relu_attention(*_scalar_heads(lay, spec, units, r_hat, write, device))
 
 
-def derivative_layer(lay: Layout, spec: NetSpec, dr_hat: ReluSum) -> ReluAttention:
+def derivative_layer(lay: Layout, spec: NetSpec, dr_hat: ReluSum, device=None) -> ReluAttention:
     """Lemma 3: writes r'(j-1)[k] = dr_hat(v_{j_k} . p(j-1)) for every j, k."""
-    units = [(j, k, "") for j in range(1, spec.N + 1) for k in range(spec.out(j))]
-    return _relu_attention(*_scalar_heads(lay, spec, units, dr_hat, lambda j, k: lay.index((f"r{j - 1}", k))))
+    units = [(j, k) for j in range(1, spec.N + 1) for k in range(spec.out(j))]
+    write = lambda j, k: lay.index((f"r{j - 1}", k))  # noqa: E731
+    return _relu_attention(*_scalar_heads(lay, spec, units, dr_hat, write, device))
 
 
-def loss_layer(lay: Layout, spec: NetSpec, u_hat: Optional[ReluSum], R_g: float) -> MLP:
+def loss_layer(lay: Layout, spec: NetSpec, u_hat: Optional[ReluSum], R_g: float, device=None) -> MLP:
     """Lemma 4: g[k] = u(p(N)[k], y[k]) t, with the gate -R_g (1 - t) in every unit (u_hat None: 2(t - y))."""
     if u_hat is None:  # squared loss: 2 relu(z) - 2 relu(-z) = 2z exactly
-        a = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=DTYPE)
-        c = torch.tensor([2.0, -2.0], dtype=DTYPE)
+        a = np.array([[1.0, 0.0], [-1.0, 0.0]])
+        c = np.array([2.0, -2.0])
     else:
-        a, c = u_hat.a, u_hat.c
+        a, c = u_hat.a.numpy(), u_hat.c.numpy()
     H, D = a.shape[0], lay.dim
-    W1 = torch.zeros(spec.dy * H, D, dtype=DTYPE)
-    W2 = torch.zeros(D, spec.dy * H, dtype=DTYPE)
+    W1, W2 = _Entries(spec.dy * H, D), _Entries(D, spec.dy * H)
     for k in range(spec.dy):
-        rows = slice(k * H, (k + 1) * H)
-        W1[rows, lay.index((f"p{spec.N}", k))] = a[:, 0]
-        W1[rows, lay.index(("y", k))] = -a[:, 0]
-        W1[rows, lay.index("one")] = a[:, 1] - R_g
-        W1[rows, lay.index("t")] = R_g  # the query gate
-        W2[lay.index(("g", k)), rows] = c
-    return MLP(W1, None, W2, None)
+        rows = np.arange(k * H, (k + 1) * H)  # (H,)
+        W1.add(rows, lay.index((f"p{spec.N}", k)), a[:, 0])
+        W1.add(rows, lay.index(("y", k)), -a[:, 0])
+        W1.add(rows, lay.index("one"), a[:, 1] - R_g)
+        W1.add(rows, lay.index("t"), R_g)  # the query gate
+        W2.add(lay.index(("g", k)), rows, c)
+    return MLP(W1.weight(device), None, W2.weight(device), None)
 
 
-def ewml_layer(lay: Layout, spec: NetSpec, j: int) -> EWML:
+def ewml_layer(lay: Layout, spec: NetSpec, j: int, device=None) -> EWML:
     """Lemma 5: s(N) = r'(N-1) . g; s(j) = r'(j-1) . (V_{j+1}^T s(j+1)) for j < N. Exact."""
     D, out = lay.dim, spec.out(j)
+    nxt = 1 if j == spec.N else spec.out(j + 1)
+    W_Q, W_K, W_V, W_O = _Entries(out, nxt, D), _Entries(out, nxt, D), _Entries(out, 1, D), _Entries(out, D, 1)
+    ks = np.arange(out)  # (out,)
     if j == spec.N:
-        W_Q, W_K = _zeros(out, 1, D), _zeros(out, 1, D)
-        for k in range(out):
-            W_Q[k, 0, lay.index(("g", k))] = 1.0
-            W_K[k, 0, lay.index("one")] = 1.0
+        W_Q.add(ks, 0, [lay.index(("g", k)) for k in range(out)], 1.0)
+        W_K.add(ks, 0, lay.index("one"), 1.0)
     else:
-        nxt = spec.out(j + 1)
-        W_Q, W_K = _zeros(out, nxt, D), _zeros(out, nxt, D)
-        w0 = lay["w"].start
-        for k in range(out):
-            for kk in range(nxt):
-                W_Q[k, kk, w0 + spec.row(j + 1, kk).start + k] = 1.0  # V_{j+1}[kk, k]
-                W_K[k, kk, lay.index((f"s{j + 1}", kk))] = 1.0
-    W_V, W_O = _zeros(out, 1, D), _zeros(out, D, 1)
-    for k in range(out):
-        W_V[k, 0, lay.index((f"r{j - 1}", k))] = 1.0
-        W_O[k, lay.index((f"s{j}", k)), 0] = 1.0
-    return EWML(W_Q, W_K, W_V, W_O)
+        kks = np.arange(nxt)  # (nxt,)
+        rows = np.array([spec.row(j + 1, kk).start for kk in range(nxt)])  # (nxt,)
+        W_Q.add(ks[:, None], kks, lay["w"].start + rows + ks[:, None], 1.0)  # V_{j+1}[kk, k]
+        W_K.add(ks[:, None], kks, [lay.index((f"s{j + 1}", kk)) for kk in range(nxt)], 1.0)
+    W_V.add(ks, 0, [lay.index((f"r{j - 1}", k)) for k in range(out)], 1.0)
+    W_O.add(ks, [lay.index((f"s{j}", k)) for k in range(out)], 0, 1.0)
+    return EWML(*(W.weight(device) for W in (W_Q, W_K, W_V, W_O)))
 
 
-def update_layer(lay: Layout, spec: NetSpec, eta: float, n: int) -> ReluAttention:
+def update_layer(lay: Layout, spec: NetSpec, eta: float, n: int, device=None) -> ReluAttention:
     """D.16: two heads per (j, k), relu(s) - relu(-s) = s, so w_{j_k} -= eta/(2n) sum_t s_t(j)[k] p_t(j-1)."""
     D = lay.dim
     m_v = max(spec.dx, spec.K)
     pairs = [(j, k) for j in range(1, spec.N + 1) for k in range(spec.out(j))]
     h = 2 * len(pairs)
-    W_Q, W_K = _zeros(h, 1, D), _zeros(h, 1, D)
-    W_V, W_O = _zeros(h, m_v, D), _zeros(h, D, m_v)
+    W_Q, W_K, W_V, W_O = _Entries(h, 1, D), _Entries(h, 1, D), _Entries(h, m_v, D), _Entries(h, D, m_v)
     coef = eta * (n + 1) / (2 * n)  # the divisor T = n + 1 is undone here
-    w0 = lay["w"].start
+    sign = np.array([1.0, -1.0])  # heads 2u (relu(s)) and 2u + 1 (relu(-s))
+    one, w0 = lay.index("one"), lay["w"].start
     for u, (j, k) in enumerate(pairs):
-        inp = spec.shape(j)[1]
-        src = lay[_source(j)].start
-        row = spec.row(j, k)
-        idx = torch.arange(inp)
-        for sign, head in ((1.0, 2 * u), (-1.0, 2 * u + 1)):
-            W_Q[head, 0, lay.index("one")] = sign
-            W_K[head, 0, lay.index((f"s{j}", k))] = 1.0
-            W_V[head, idx, src + idx] = 1.0
-            W_O[head, w0 + row.start + idx, idx] = -sign * coef
-    return _relu_attention(W_Q, W_K, W_V, W_O)
+        src, idx = lay[_source(j)].start, np.arange(spec.shape(j)[1])  # idx (in_j,)
+        heads = np.array([2 * u, 2 * u + 1])  # (2,)
+        W_Q.add(heads, 0, one, sign)
+        W_K.add(heads, 0, lay.index((f"s{j}", k)), 1.0)
+        W_V.add(heads[:, None], idx, src + idx, 1.0)
+        W_O.add(heads[:, None], w0 + spec.row(j, k).start + idx, idx, -sign[:, None] * coef)
+    return _relu_attention(*(W.weight(device) for W in (W_Q, W_K, W_V, W_O)))
 
 
-def projection_layer(lay: Layout, spec: NetSpec, box: float) -> MLP:
+def projection_layer(lay: Layout, spec: NetSpec, box: float, device=None) -> MLP:
     """w <- clip(w, -box, box) = w - relu(w - box) + relu(-w - box); every scratch z <- z - relu(z) + relu(-z) = 0."""
-    D = lay.dim
-    coords = list(range(lay["w"].start, lay["w"].stop))
+    coords = np.arange(lay["w"].start, lay["w"].stop)
     scratch = [c for name in scratch_slots(spec) for c in range(lay[name].start, lay[name].stop)]
-    m = 2 * (len(coords) + len(scratch))
-    W1 = torch.zeros(m, D, dtype=DTYPE)
-    W2 = torch.zeros(D, m, dtype=DTYPE)
+    cs = np.concatenate([coords, np.asarray(scratch, dtype=np.int64)])  # (units,)
+    u = np.arange(cs.size)
+    bias = np.where(u < coords.size, -box, 0.0)  # (units,)
+    W1, W2 = _Entries(2 * cs.size, lay.dim), _Entries(lay.dim, 2 * cs.size)
     one = lay.index("one")
-    for u, c in enumerate(coords + scratch):
-        bias = -box if u < len(coords) else 0.0
-        W1[2 * u, c], W1[2 * u, one] = 1.0, bias
-        W1[2 * u + 1, c], W1[2 * u + 1, one] = -1.0, bias
-        W2[c, 2 * u], W2[c, 2 * u + 1] = -1.0, 1.0
-    return MLP(W1, None, W2, None)
+    for parity, sign in ((0, 1.0), (1, -1.0)):  # units 2u: relu(c - box), 2u + 1: relu(-c - box)
+        W1.add(2 * u + parity, cs, sign)
+        W1.add(2 * u + parity, one, bias)
+        W2.add(cs, 2 * u + parity, -sign)
+    return MLP(W1.weight(device), None, W2.weight(device), None)
 
 
 # --- the model --------------------------------------------------------------------------------------
@@ -357,6 +367,11 @@ class ICGDTransformer(Construction):
         D = self.layout.dim
         return sum(2 * layer.hidden_width * D if layer.kind == "mlp" else 3 * layer.num_heads * D * D
                    for layer in self.layers)
+
+    @property
+    def device(self) -> torch.device:
+        """The device the weights live on."""
+        return next(self.parameters()).device
 
     def to_device(self, device) -> "ICGDTransformer":
         """Move every layer to ``device`` (shared block tensors move once); returns self."""
@@ -469,7 +484,8 @@ def _tables(act: str, R: float, M: int, delta) -> tuple[ReluSum, ReluSum]:
 
 def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: float, activation: str = "softplus",
                       loss: str = "squared", box: float = 1.0, M: int = 256, delta: Optional[float] = None,
-                      x_bound: float = 1.0, y_bound: float = 1.0, R: Optional[float] = None) -> ICGDTransformer:
+                      x_bound: float = 1.0, y_bound: float = 1.0, R: Optional[float] = None,
+                      device=None) -> ICGDTransformer:
     """Theorem 1's (2N+4)L-layer transformer running L steps of projected GD with step ``eta`` on n examples.
 
     ``R=None`` takes the a-priori range of every admissible prompt (`a_priori_R`); every run checks that
@@ -478,6 +494,11 @@ def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: flo
     [-R, R] up to the cut c of `table_cut`, beyond it M - 1 pieces of [-c, c] and the function's own tails,
     so its sup error, at most `table_bound` (1.4e-4 for softplus, 3.4e-4 for tanh' at the default M = 256),
     does not grow with R or R_u.
+
+    The weights are written as their non-zero entries straight onto ``device`` (a torch device or its
+    name, e.g. ``tfbook.device.default_device()``; default the CPU, where the chapter's references and
+    plots run); a large, sparse weight is never materialised dense and is stored by the core as CSR
+    arrays (every accessor still returns it dense).
     """
     for name, value in (("dx", dx), ("dy", dy), ("K", K), ("n", n), ("L", L), ("M", M)):
         validate.positive_int(name, value)
@@ -502,13 +523,13 @@ def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: flo
     R_u = B_out + y_bound  # residual range |p(N) - y|
     u_hat = table(LOSS_TABLE, R_u, int(M)) if loss_name == "logcosh" else None  # accurate beyond R_u too
     R_g = R_u + 1.0  # >= max(|z|, 1) >= |a . [z; 1]| for every unit on the query
-    lay = icgd_layout(spec)
-    block = [(f"fwd{j}", forward_layer(lay, spec, j, r_hat)) for j in range(1, N + 1)]
-    block.append(("deriv", derivative_layer(lay, spec, dr_hat)))
-    block.append(("loss", loss_layer(lay, spec, u_hat, R_g)))
-    block += [(f"ewml{j}", ewml_layer(lay, spec, j)) for j in range(N, 0, -1)]
-    block.append(("update", update_layer(lay, spec, eta, int(n))))
-    block.append(("proj", projection_layer(lay, spec, box)))
+    lay, dev = icgd_layout(spec), torch.device("cpu" if device is None else device)
+    block = [(f"fwd{j}", forward_layer(lay, spec, j, r_hat, dev)) for j in range(1, N + 1)]
+    block.append(("deriv", derivative_layer(lay, spec, dr_hat, dev)))
+    block.append(("loss", loss_layer(lay, spec, u_hat, R_g, dev)))
+    block += [(f"ewml{j}", ewml_layer(lay, spec, j, dev)) for j in range(N, 0, -1)]
+    block.append(("update", update_layer(lay, spec, eta, int(n), dev)))
+    block.append(("proj", projection_layer(lay, spec, box, dev)))
     layers = [(f"b{l}.{name}", layer if l == 0 else _share(layer)) for l in range(int(L)) for name, layer in block]
     return ICGDTransformer(spec, lay, layers, n=int(n), L=int(L), eta=eta, box=box, x_bound=x_bound,
                            y_bound=y_bound, R=float(R), r_hat=r_hat, dr_hat=dr_hat, u_hat=u_hat, R_g=R_g,

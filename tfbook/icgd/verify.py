@@ -23,7 +23,8 @@ ROUNDOFF = 1e-10
 
 def random_prompt(model: ICGDTransformer, B: int = 2, n_prime: Optional[int] = None, seed: int = 0,
                   w_scale: float = 1.0, live: bool = False):
-    """(X, Y, x_query, w0): X, x_query uniform in [-x_bound, x_bound], Y in [-y_bound, y_bound], w0 in w_scale*box.
+    """(X, Y, x_query, w0): X, x_query uniform in [-x_bound, x_bound], Y in [-y_bound, y_bound], w0 in w_scale*box,
+    drawn on the CPU (the same on every machine) and moved to the model's device.
 
     ``live=True`` takes the first seed from ``seed`` on whose prompts all have a gradient with norm >= 1e-3
     at w0 (a random ReLU network is often dead: zero output and zero gradient).
@@ -37,12 +38,10 @@ def random_prompt(model: ICGDTransformer, B: int = 2, n_prime: Optional[int] = N
 
         prompt = (u(B, n, s.dx) * model.x_bound, u(B, n, s.dy) * model.y_bound, u(B, s.dx) * model.x_bound,
                   u(B, s.D_N) * model.box * w_scale)
-        if not live:
-            return prompt
         X, Y, _, w0 = prompt
-        grad = explicit_gradient(s, w0, X, Y, model.activation, model.loss).grad
-        if float(grad.norm(dim=-1).min()) >= 1e-3:
-            return prompt
+        grad = explicit_gradient(s, w0, X, Y, model.activation, model.loss).grad if live else None
+        if grad is None or float(grad.norm(dim=-1).min()) >= 1e-3:
+            return tuple(t.to(model.device) for t in prompt)
     raise ValueError(f"no live prompt found from seed {seed}")
 
 
@@ -114,7 +113,7 @@ def query_leak(model: ICGDTransformer, X, Y, x_query, w0, seed: int = 1) -> tupl
             worst = max(worst, float(lay.read(S[:, -1], slot).abs().max()))
             examples = max(examples, float(lay.read(S[:, :-1], slot).abs().max()))
     g = torch.Generator().manual_seed(seed)
-    other = (2 * torch.rand(x_query.shape, generator=g, dtype=DTYPE) - 1) * model.x_bound
+    other = ((2 * torch.rand(x_query.shape, generator=g, dtype=DTYPE) - 1) * model.x_bound).to(x_query.device)
     ws = model.run(X, Y, x_query, w0)
     diff = float((model.run(X, Y, other, w0) - ws).abs().max())
     return _relative(worst, examples), _relative(diff, float((ws - w0[:, None]).abs().max()))
