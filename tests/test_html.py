@@ -46,7 +46,7 @@ class Page(html.parser.HTMLParser):
         pre = top[2] or tag == "pre"
         code = top[3] or "cell_input" in cls
         claims = top[4] or (tag == "table" and "tfbook-claims" in cls)
-        ref = top[5] or (tag == "a" and "reference internal" in cls)
+        ref = top[5] or (tag == "a" and "reference internal" in cls and "image-reference" not in cls)
         if tag in ("img", "br", "meta", "link", "input", "hr", "source", "wbr"):
             if tag == "img":
                 self.images.append(attrs.get("src", ""))
@@ -64,6 +64,8 @@ class Page(html.parser.HTMLParser):
             self.references.append("")
 
     def handle_endtag(self, tag):
+        if not any(entry[0] == tag for entry in self._stack):
+            return  # a void element (<img/>) or a stray end tag closes nothing
         while self._stack:
             popped = self._stack.pop()
             if popped[0] == "tr" and popped[4] and self._row:
