@@ -142,6 +142,10 @@ def test_show_prints_plain_text_outside_ipython(capsys):
     assert capsys.readouterr().out.strip() == c.table()
 
 
+def bundle_caption(bundle: dict) -> str:
+    return bundle["text/plain"].splitlines()[0]
+
+
 def test_show_prints_each_claim_once_while_the_record_stays_cumulative(capsys, monkeypatch):
     c = sample()
     first = len(c)
@@ -166,6 +170,7 @@ def test_show_prints_each_claim_once_while_the_record_stays_cumulative(capsys, m
     monkeypatch.setattr(IPython.display, "display", lambda bundle, raw: shown.append(bundle))
     c.check("Thm 9", "the last claim", 1.0, 2.0)
     c.show()
+    assert bundle_caption(shown[0]) == f"t (claim {first + 3})"
     (bundle,) = shown
     assert [r["statement"] for r in bundle[cl.MIME]["claims"]] == [x.statement for x in c.items]
     assert "the last claim" in bundle["text/html"] and "a later claim" not in bundle["text/html"]

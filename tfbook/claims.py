@@ -11,17 +11,28 @@
 ...              relation="==")
 >>> claims.show()   # outside IPython: the plain-text table; in a notebook: text, HTML and a JSON record
 Yarotsky squaring
-ref      claim                                  kind    measured      bound  measured/bound  holds
--------  -------------------------------------  ------  --------  ---------  --------------  -----
-Lemma 1  sup |f_m - x^2| on [0,1], m = 2        constr    0.0156  <= 0.0156               1  yes
-         trivial scale 1; bound/trivial 0.0156
-Lemma 1  f_m(x) - x^2 at a dyadic point         constr   < 1e-12   <= 1e-12               -  yes
-Lemma 1  hidden width, m = 2                    size           6       == 6               1  yes
+ref      claim                        kind    measured      bound  measured/bound  holds
+-------  ---------------------------  ------  --------  ---------  --------------  -----
+Lemma 1  sup |f_m - x^2| on [0,1], m  constr    0.0156  <= 0.0156               1  yes
+         = 2
+         trivial scale 1;
+         bound/trivial 0.0156
+Lemma 1  f_m(x) - x^2 at a dyadic     constr   < 1e-12   <= 1e-12               -  yes
+         point
+Lemma 1  hidden width, m = 2          size           6       == 6               1  yes
+>>> claims.check("Lemma 1", "sup |f_m - x^2| on [0,1], m = 3", measured=2**-8, bound=4.0**-4)
+>>> claims.show()   # a second show prints only the claims added since the first
+Yarotsky squaring (claim 4)
+ref      claim                       kind    measured       bound  measured/bound  holds
+-------  --------------------------  ------  --------  ----------  --------------  -----
+Lemma 1  sup |f_m - x^2| on [0,1],   constr   0.00391  <= 0.00391               1  yes
+         m = 3
 
 `check` returns nothing and raises `ClaimError` when the claim fails, so a notebook run fails
 loudly, except in *record-only mode* (``TFBOOK_CLAIMS=record``, set by ``make full``): then a
-failing claim is recorded, printed as ``NO`` and appended to the JSON-lines file named by
-``TFBOOK_CLAIMS_SINK`` (every claim is appended there in that mode, held or not).
+failing claim is recorded and printed as ``NO``. Every claim, held or not and in either mode, is
+appended to the JSON-lines file named by ``TFBOOK_CLAIMS_SINK`` when it is set (the claims audit
+reads it; `tfbook.notebooks.execute` counts the claims a notebook executed from it).
 
 Every claim has a *kind* (`KINDS`), shown in every table (abbreviated in the plain text):
 ``"construction"`` (the default: measured on a built model, e.g. its error, exactness, states or
@@ -442,6 +453,8 @@ class Claims:
             return self.title
         if start == len(self.items):
             return f"{self.title} (no claims since claim {start})"
+        if start + 1 == len(self.items):
+            return f"{self.title} (claim {start + 1})"
         return f"{self.title} (claims {start + 1} to {len(self.items)})"
 
     def record(self) -> dict[str, Any]:
