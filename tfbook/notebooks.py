@@ -450,7 +450,9 @@ def execute_notebook(nb: nbformat.NotebookNode, folder: pathlib.Path, *, path: O
 def execute(path: pathlib.Path, timeout: int = CELL_TIMEOUT, output: Optional[pathlib.Path] = None,
             env: Optional[dict[str, str]] = None) -> float:
     """Execute one notebook file in its own folder and write it (to ``output``, default in place) with
-    outputs and widget state; return wall seconds. The kernel inherits this process's environment."""
+    outputs and widget state; return wall seconds. The kernel inherits this process's environment,
+    except ``TFBOOK_CLAIMS_SINK``: it points to a private file from which the claims the notebook
+    executed are counted (stored, in the quick profile, as ``metadata.tfbook.claims_executed``)."""
     path = pathlib.Path(path)
     if path.suffix != ".ipynb" or not path.exists():
         raise ValueError(f"path must be an existing .ipynb file, got {str(path)!r}")
