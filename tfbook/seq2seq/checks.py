@@ -80,10 +80,13 @@ def relative_to_spread(dev: float, out: torch.Tensor) -> float:
     return dev / spread if spread > 0 else math.inf
 
 
-def check_matches_paper(claims: Claims, model: Seq2SeqTransformer, X: torch.Tensor, boundary: str = "circular") -> float:
-    """The core-layer model equals the paper's definition run on its paper-form weights."""
+def check_matches_paper(claims: Claims, model: Seq2SeqTransformer, X: torch.Tensor, boundary: str = "circular",
+                        setting: str = "") -> float:
+    """The core-layer model equals the paper's definition run on its paper-form weights; ``setting``
+    names the model in the statement when a page checks several."""
     dev = float((model(X, boundary=boundary) - paper_forward(model.paper_weights(), X, boundary)).abs().max())
-    claims.check("Section 3 (model class T)", f"max |model − paper's definition|, {boundary}", dev, 1e-9,
+    where = f"{boundary}, {setting}" if setting else boundary
+    claims.check("Section 3 (model class T)", f"max |model − paper's definition|, {where}", dev, 1e-9,
                  roundoff=True)
     return dev
 
@@ -104,13 +107,16 @@ def selection_accuracy(model: Seq2SeqTransformer, importance: dict, channels, V:
 
 
 def check_selection(claims: Claims, model: Seq2SeqTransformer, importance: dict, channels, V: int,
-                    X: torch.Tensor, eps: float) -> tuple[float, float]:
-    """Thm 4.5 (App. F): every selection layer attends to the token of its rank; features within eps."""
+                    X: torch.Tensor, eps: float, setting: str = "") -> tuple[float, float]:
+    """Thm 4.5 (App. F): every selection layer attends to the token of its rank; features within eps.
+    ``setting`` names the inputs in the statements when a page checks several."""
     correct, err = selection_accuracy(model, importance, channels, V, X)
     n = X.shape[0] * X.shape[-1] * len(channels)
-    claims.check("Thm 4.5 (App. F)", f"fraction of {n} (input, position, rank) selected correctly", correct, 1.0,
-                 ">=")
-    claims.check("Thm 4.5 (App. F)", "max |features − Γ∘Π∘Σ_i X|", err, eps, roundoff=err < 1e-12, trivial=1.0)
+    suffix = f", {setting}" if setting else ""
+    claims.check("Thm 4.5 (App. F)", f"fraction of {n} (input, position, rank) selected correctly{suffix}",
+                 correct, 1.0, ">=")
+    claims.check("Thm 4.5 (App. F)", f"max |features − Γ∘Π∘Σ_i X|{suffix}", err, eps, roundoff=err < 1e-12,
+                 trivial=1.0)
     return correct, err
 
 
