@@ -144,7 +144,7 @@ def code_hash(nb: nbformat.NotebookNode) -> str:
 
 
 # Tooling that no notebook imports (running, reporting, rendering): a change there cannot move a claim.
-TOOLING = ("full.py", "claims_page.py", "notebooks.py", "bibstyle.py")
+TOOLING = ("full.py", "claims_page.py", "notebooks.py", "bibstyle.py", "opcount.py")
 
 
 def library_hash(root: pathlib.Path = ROOT) -> str:

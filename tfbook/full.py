@@ -11,7 +11,13 @@ any notebook raised.
 ``--store`` merges the run into the stored report of its device, ``book/full_reports/<device>.json``
 (per notebook: the newest run replaces the older one, so a full profile can be run in pieces, on
 several days or machines of one kind); a stored report lists the notebooks never run as ``not run``.
-``--merge REPORT...`` does the same for reports written on another machine. ``--page`` renders every stored report into ``book/full_results.md`` (``--check``: is it current?),
+``--merge REPORT...`` does the same for reports written on another machine.
+
+``--count`` runs each notebook under `tfbook.opcount.OpCounter`: launches, FLOPs, bytes and the
+peak of live tensors are counted, and the report gives the time they predict on one H100
+(`tfbook.opcount.h100_seconds`, its model stated there). Storing or merging a counted run records
+that estimate in the notebook's metadata (``"tfbook": {"h100_estimate": {...}}``), where
+``--estimate`` and the expected GPU times read it. ``--page`` renders every stored report into ``book/full_results.md`` (``--check``: is it current?),
 with a comparison of devices: every claim that holds on one device must hold on every other device
 that ran its notebook. ``--compare A B`` prints that comparison for two reports.
 
@@ -39,6 +45,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / "_build" / "full"
 REPORTS = ROOT / "book" / "full_reports"
 PAGE = ROOT / "book" / "full_results.md"
+COUNT = """\
+from tfbook.opcount import OpCounter as _OpCounter
+_tfbook_counter = _OpCounter().__enter__()
+"""
 MEASURE = """\
 import json as _json, resource as _resource, torch as _torch
 from tfbook.device import current as _current
@@ -49,6 +59,7 @@ print("TFBOOK_FULL " + _json.dumps({
         + ", " + str(_torch.get_num_threads()) + " threads") + ")",
     "peak_rss_mib": _resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024,
     "peak_cuda_mib": (_torch.cuda.max_memory_allocated() / 2**20) if _torch.cuda.is_initialized() else None,
+    "ops": _tfbook_counter.report() if "_tfbook_counter" in globals() else None,
 }))
 """
 
@@ -73,6 +84,7 @@ class Result:
     torch: str = ""
     # every claim as printed: title, ref, statement, measured, relation, bound, holds, kind
     claims: list[dict] = field(default_factory=list)
+    ops: Optional[dict] = None  # a counted run's `tfbook.opcount.OpCounter.report`, else None
 
 
 def notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
@@ -83,8 +95,11 @@ def notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
 
 
 def expected_seconds(path: pathlib.Path, gpu: bool) -> Optional[float]:
-    """The notebook's expected full-profile wall time from its metadata, if it states one."""
+    """The notebook's expected full-profile wall time from its metadata, if it states one (on a GPU,
+    the counted H100 estimate first)."""
     meta = nbformat.read(path, as_version=4).metadata.get("tfbook", {})
+    if gpu and isinstance(meta.get("h100_estimate"), dict):
+        return float(meta["h100_estimate"]["seconds"])
     value = meta.get("full_seconds_gpu" if gpu else "full_seconds_cpu")
     return float(value) if isinstance(value, (int, float)) else None
 
@@ -93,8 +108,10 @@ def _cell_output(cell) -> str:
     return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
 
 
-def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT, timeout: int = 7200) -> Result:
-    """Execute one notebook in the full profile into ``scratch``; never raises on claim failures."""
+def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT, timeout: int = 7200,
+            count: bool = False) -> Result:
+    """Execute one notebook in the full profile into ``scratch`` (under the operation counter if
+    ``count``); never raises on claim failures."""
     from tfbook.notebooks import execute_notebook
 
     rel = path.relative_to(root)
@@ -106,6 +123,8 @@ def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT
     sink.unlink(missing_ok=True)
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(MEASURE))
+    if count:
+        nb.cells.insert(0, nbformat.v4.new_code_cell(COUNT))
     env = {"TFBOOK_PROFILE": "full", "TFBOOK_CLAIMS": "record", "TFBOOK_CLAIMS_SINK": str(sink)}
     start = time.perf_counter()
     try:
@@ -119,7 +138,10 @@ def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT
         if line.startswith("TFBOOK_FULL "):
             info = json.loads(line[len("TFBOOK_FULL "):])
             result.device, result.peak_rss_mib, result.peak_cuda_mib = info["device"], info["peak_rss_mib"], info["peak_cuda_mib"]
+            result.ops = info.get("ops")
     nb.cells.pop()
+    if count:
+        nb.cells.pop(0)
     nbformat.write(nb, out)
     if sink.exists():
         for line in sink.read_text().splitlines():
@@ -204,6 +226,37 @@ def store_report(results: list[Result], reports: pathlib.Path = REPORTS, root: p
     return written
 
 
+def estimate_metadata(result: Result) -> dict:
+    """A counted run's H100 estimate as recorded in the notebook's metadata: the time, the counts it
+    comes from, and where they were counted."""
+    ops = result.ops or {}
+    return {
+        "seconds": round(ops["h100_s"], 1),
+        "host_seconds": round(ops["host_s"], 1),
+        "launches": ops["launches"],
+        "factorisations": ops["factorisations"],
+        "gflop": round(ops["flops"] / 1e9, 3),
+        "gbyte": round(ops["bytes"] / 1e9, 3),
+        "peak_live_mib": round(ops["peak_live_bytes"] / 2**20),
+        "model": ops["model"]["name"],
+        "counted": f"{result.date}, commit {result.commit}, {result.device}",
+    }
+
+
+def record_estimates(results: list[Result], root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Write each counted run's `estimate_metadata` into its notebook; return the notebooks written."""
+    written = []
+    for result in results:
+        path = root / result.notebook
+        if result.ops is None or result.status == "error" or not path.exists():
+            continue
+        nb = nbformat.read(path, as_version=4)
+        nb.metadata.setdefault("tfbook", {})["h100_estimate"] = estimate_metadata(result)
+        nbformat.write(nb, path)
+        written.append(path)
+    return written
+
+
 def _claim_keys(notebook: dict) -> dict[tuple, bool]:
     """Each claim of a notebook's run under a key that is the same on every device: title, ref,
     statement and its occurrence number (a notebook may check one statement several times)."""
@@ -250,9 +303,11 @@ def format_table(results: list[Result], estimate_only: bool = False) -> str:
         known = [r.expected_s for r in results if r.expected_s]
         rows.append(("total (known)", _num(sum(known))))
     else:
-        rows = [("notebook", "status", "device", "wall s", "expected s", "peak RSS MiB", "peak CUDA MiB", "held", "failed")]
+        rows = [("notebook", "status", "device", "wall s", "expected s", "peak RSS MiB", "peak CUDA MiB", "held", "failed",
+                 "H100 est. s")]
         rows += [(r.notebook, r.status, r.device or "-", _num(r.wall_s, 1), _num(r.expected_s), _num(r.peak_rss_mib),
-                  _num(r.peak_cuda_mib), str(r.held), str(r.failed)) for r in results]
+                  _num(r.peak_cuda_mib), str(r.held), str(r.failed), _num(r.ops and r.ops["h100_s"], 1))
+                 for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in rows]
@@ -304,7 +359,7 @@ def render_page(reports: dict[str, dict]) -> str:
                 f"{report['failed']} failed" + (f"; runs from {dates[0]} to {dates[-1]}" if dates else "")
                 + (f", torch {', '.join(torches)}" if torches else "") + ".", ""]
         rows = [("notebook", "status", "commit", "wall s", "peak RSS MiB", "peak GPU MiB", "held", "failed")]
-        rows += [(f"`{n['notebook']}`", n["status"], n.get("commit") or "-", _num(n["wall_s"]),
+        rows += [(f"`{n['notebook']}`", n["status"], n.get("commit") or "-", _wall(n),
                   _num(n["peak_rss_mib"]), _num(n["peak_cuda_mib"]), str(n["held"]), str(n["failed"]))
                  for n in ran]
         out += (_md_table(rows) if ran else []) + [""]
@@ -332,7 +387,45 @@ def render_page(reports: dict[str, dict]) -> str:
                         [pair + f"{len(both)} notebooks run on both at the same commit{apart}; {verdict}."]
                         + [f"  - {line}" for line in lines])
         out += [""]
+    out += estimates_section(reports)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _wall(run: dict) -> str:
+    """A run's wall time; for a counted run, without the counter's own cost (marked *)."""
+    ops = run.get("ops")
+    if ops is None or run["wall_s"] is None:
+        return _num(run["wall_s"])
+    return _num(max(0.0, run["wall_s"] - ops["overhead_s"])) + "*"
+
+
+def estimates_section(reports: dict[str, dict]) -> list[str]:
+    """The page's table of counted runs: the counts and the H100 time they predict."""
+    counted = {}
+    for report in reports.values():
+        for n in report["notebooks"]:
+            if n.get("ops") and (n["notebook"] not in counted or n["date"] > counted[n["notebook"]]["date"]):
+                counted[n["notebook"]] = n
+    if not counted:
+        return []
+    from tfbook.opcount import H100
+
+    out = ["## Estimated time on one H100", "",
+           "A run with `--count` counts every tensor operation of a notebook's full profile: kernel launches, "
+           "floating-point operations (torch's formulas for matrix products; ten n³ per dense factorisation; one per "
+           "element otherwise), bytes read and written, and the peak of the tensors alive at once. The estimate is "
+           f"the host work measured on the counting machine (everything outside tensor operations) plus, per "
+           f"operation, {H100['launch_s'] * 1e6:.0f} µs of launch and dispatch and the larger of its compute and memory "
+           f"times on {H100['name']}: FP64 {H100['fp64_flops'] / 1e12:.0f} TFLOP/s "
+           f"({H100['fp64_matmul_flops'] / 1e12:.0f} on tensor cores), FP32 {H100['fp32_flops'] / 1e12:.0f} TFLOP/s, "
+           f"{H100['bytes_per_s'] / 1e12:.1f} TB/s, plus {H100['factorisation_s'] * 1e3:.0f} ms per factorisation. "
+           "Wall times marked * are counted runs with the counter's own cost taken out.", ""]
+    rows = [("notebook", "launches", "GFLOP", "GB moved", "host s", "peak tensors MiB", "H100 est. s")]
+    rows += [(f"`{name}`", str(n["ops"]["launches"]), _num(n["ops"]["flops"] / 1e9, 1),
+              _num(n["ops"]["bytes"] / 1e9, 1), _num(n["ops"]["host_s"], 1),
+              _num(n["ops"]["peak_live_bytes"] / 2**20), _num(n["ops"]["h100_s"], 1))
+             for name, n in sorted(counted.items())]
+    return _md_table(rows) + [""]
 
 
 def _both_ran(a: dict, b: dict, same_commit: bool = True) -> list[str]:
@@ -358,6 +451,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--check", action="store_true", help="with --page: exit 1 if the page is not current")
     parser.add_argument("--merge", nargs="+", type=pathlib.Path, metavar="REPORT",
                         help="merge reports written elsewhere (e.g. on a GPU machine) into the stored ones")
+    parser.add_argument("--count", action="store_true",
+                        help="count operations and estimate the H100 time (see tfbook.opcount)")
     parser.add_argument("--compare", nargs=2, type=pathlib.Path, metavar="REPORT", help="two reports' disagreements")
     args = parser.parse_args(argv)
     if args.check and not args.page:
@@ -371,7 +466,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.merge:
         for path in args.merge:
             runs = [Result(**n) for n in json.loads(path.read_text())["notebooks"] if n["status"] != "not run"]
-            for written in store_report(runs, args.reports):
+            for written in store_report(runs, args.reports) + record_estimates(runs):
                 print(f"merged {path} into {written}")
         return 0
     if args.compare:
@@ -392,13 +487,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     for i, path in enumerate(paths):
         print(f"[{i + 1}/{len(paths)}] {results[i].notebook} ...", flush=True)
         expected = results[i].expected_s
-        results[i] = run_one(path, args.scratch)
+        results[i] = run_one(path, args.scratch, count=args.count)
         results[i].expected_s = expected
         print(f"    {results[i].status}, {results[i].wall_s:.1f} s, {results[i].held} held, {results[i].failed} failed",
               flush=True)
         write_report(results, args.scratch / "report.json")
         if args.store:
             store_report(results[i:i + 1], args.reports)
+            record_estimates(results[i:i + 1])
     report = write_report(results, args.scratch / "report.json")
     print(format_table(results))
     print(f"report: {args.scratch / 'report.json'}")

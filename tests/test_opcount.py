@@ -1,0 +1,53 @@
+"""The operation counter behind the H100 estimates (`tfbook.opcount`, `make full --count`)."""
+import torch
+
+from tfbook import full, opcount
+
+
+def test_counts_a_matrix_product_and_skips_views():
+    a = torch.ones(30, 40, dtype=torch.float64)
+    b = torch.ones(40, 50, dtype=torch.float64)
+    with opcount.OpCounter() as counter:
+        c = (a @ b).t()  # one product; the transpose is a view
+        d = c + 1.0  # one element-wise operation: one flop per element
+    counts = counter.counts
+    assert counts.launches == 2, counts.by_op
+    assert counts.flops == 2 * 30 * 40 * 50 + 50 * 30
+    # bytes: the product reads a and b and writes c; the addition reads c and writes d
+    assert counts.bytes == 8 * (30 * 40 + 40 * 50 + 30 * 50) + 8 * 2 * 30 * 50
+    assert counts.peak_live_bytes == 8 * 2 * 30 * 50  # c and d alive together, a and b made before
+    del c, d
+    report = counter.report()
+    assert report["h100_s"] == opcount.h100_seconds(counts)
+    roofline = (8 * (30 * 40 + 40 * 50 + 30 * 50) / (2.0e12 * 0.5)  # the product is memory-bound here
+                + 8 * 2 * 30 * 50 / (2.0e12 * 0.5))
+    assert abs(counts.roofline_s - roofline) < 1e-15
+    assert report["h100_s"] >= counts.launches * opcount.H100["launch_s"] + counts.roofline_s
+
+
+def test_factorisations_are_charged_their_latency():
+    x = torch.eye(20, dtype=torch.float64).expand(3, 20, 20).contiguous()
+    with opcount.OpCounter() as counter:
+        torch.linalg.eigh(x)
+    assert counter.counts.factorisations >= 1
+    assert counter.counts.flops >= 3 * 10 * 20 ** 3
+    assert opcount.h100_seconds(counter.counts) >= opcount.H100["factorisation_s"]
+
+
+def test_a_counted_run_is_recorded_in_the_notebook_metadata(tmp_path):
+    import nbformat
+
+    book = tmp_path / "book"
+    book.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(), book / "x.ipynb")
+    with opcount.OpCounter() as counter:
+        torch.ones(4, 4) @ torch.ones(4, 4)  # two fills and a product
+    result = full.Result("book/x.ipynb", status="ok", device="cpu (test, 1 threads)", date="2026-11-26 00:00 UTC",
+                         commit="abc", ops=counter.report())
+    assert full.record_estimates([result, full.Result("book/x.ipynb")], root=tmp_path) == [book / "x.ipynb"]
+    estimate = nbformat.read(book / "x.ipynb", as_version=4).metadata["tfbook"]["h100_estimate"]
+    assert estimate["launches"] == 3 and estimate["seconds"] == round(result.ops["h100_s"], 1)
+    assert estimate["counted"] == "2026-11-26 00:00 UTC, commit abc, cpu (test, 1 threads)"
+    assert full.expected_seconds(book / "x.ipynb", gpu=True) == estimate["seconds"]
+    page = full.render_page({"cpu-test": full.merge_report(None, [result], ["book/x.ipynb"])})
+    assert "## Estimated time on one H100" in page and "`book/x.ipynb` | 3 |" in page
