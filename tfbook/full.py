@@ -425,7 +425,7 @@ def estimates_section(reports: dict[str, dict]) -> list[str]:
               _num(n["ops"]["bytes"] / 1e9, 1), _num(n["ops"]["host_s"], 1),
               _num(n["ops"]["peak_live_bytes"] / 2**20), _num(n["ops"]["h100_s"], 1))
              for name, n in sorted(counted.items())]
-    return _md_table(rows) + [""]
+    return out + _md_table(rows) + [""]
 
 
 def _both_ran(a: dict, b: dict, same_commit: bool = True) -> list[str]:
