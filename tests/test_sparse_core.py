@@ -8,7 +8,7 @@ from tfbook.layout import Layout
 from tfbook.model import Construction
 
 F64 = torch.float64
-D = 2048  # D x D = 2**22 scalars: the smallest size stored sparse
+D = 2048  # D x D = 2**22 scalars: large enough to be stored sparse (at least 2**20)
 
 
 def sparse_matrix(rows: int, cols: int, per_row: int, seed: int) -> torch.Tensor:
@@ -45,7 +45,7 @@ def test_only_large_sparse_weights_are_stored_sparse(weights):
     assert big.W_1_values.numel() == int(torch.count_nonzero(W_1))
     small = FeedForward(W_1[:64, :64], b_1[:64], W_2[:64, :64], None)  # sparse but small
     assert not small._sparse and isinstance(small._parameters["W_1"], torch.nn.Parameter)
-    denseish = sparse_matrix(D, D, 41, 3)  # about 2 % non-zero: large but not sparse enough
+    denseish = sparse_matrix(D, D, 300, 3)  # about 14 % non-zero: CSR would take over a quarter
     mixed = FeedForward(denseish, None, W_2, None)  # each weight is decided alone
     assert sorted(mixed._sparse) == ["W_2"] and "W_1" in mixed._parameters
     assert sorted(FeedForward(W_1, None, denseish, None)._sparse) == ["W_1"]

@@ -22,8 +22,9 @@ trained: every weight is handed in by a construction, and every layer does all o
   tensor a core layer stores. `sabotage_hits` counts what each has changed. Only the tests read them.
 
 Dense paper-form matrices are built on demand by ``dense()``, never stored. A weight with at least
-``SPARSE_MIN_NUMEL`` scalars of which fewer than ``SPARSE_MAX_DENSITY`` are non-zero is stored as the
-CSR arrays of the matrix it multiplies by (`_SparseWeights`); every accessor still returns it dense.
+``SPARSE_MIN_NUMEL`` scalars whose CSR arrays (values, column indices, row pointers) would take at most
+``SPARSE_MAX_FRACTION`` of its dense storage is stored as those arrays, for the matrix it multiplies by
+(`_SparseWeights`); every accessor still returns it dense.
 """
 from __future__ import annotations
 
@@ -225,14 +226,17 @@ def _perturb_update(layer: nn.Module, update: torch.Tensor) -> torch.Tensor:
 
 # --- sparse storage behind dense semantics ---------------------------------------------------------
 
-SPARSE_MIN_NUMEL = 2**22  # a weight is stored sparse only with at least this many scalars ...
-SPARSE_MAX_DENSITY = 0.01  # ... and fewer than this fraction of them non-zero
+# A weight is stored sparse only with at least this many scalars (every quick-profile and test weight
+# has fewer; the Besov transformer's weights at N = 200 atoms have about 4 million) ...
+SPARSE_MIN_NUMEL = 2**20
+SPARSE_MAX_FRACTION = 0.25  # ... and when its CSR arrays take at most this fraction of the dense storage
 _PARTS = ("values", "crow", "col")  # a sparse weight `name` is stored as name_values (a parameter), name_crow, name_col
 
 
-def _sparse_worthy(numel: int, nonzero: int) -> bool:
-    """Whether a weight of ``numel`` scalars with ``nonzero`` non-zeros is stored sparse."""
-    return numel >= SPARSE_MIN_NUMEL and nonzero < SPARSE_MAX_DENSITY * numel
+def _sparse_worthy(numel: int, nonzero: int, rows: int = 0) -> bool:
+    """Whether a weight of ``numel`` scalars with ``nonzero`` non-zeros, used as a matrix of ``rows``
+    rows, is stored sparse (CSR: ``nonzero`` values and column indices, ``rows + 1`` row pointers)."""
+    return numel >= SPARSE_MIN_NUMEL and 2 * nonzero + rows + 1 <= SPARSE_MAX_FRACTION * numel
 
 
 def weight_from_entries(shape: Sequence[int], entries: Sequence[tuple], device=None) -> torch.Tensor:
@@ -318,7 +322,7 @@ class _SparseWeights(nn.Module):
             setattr(self, name, nn.Parameter(t.detach().clone(), requires_grad=False))
             return
         index, values, size = _matrix_entries(t, cols)
-        if not _sparse_worthy(t.numel(), values.numel()):
+        if not _sparse_worthy(t.numel(), values.numel(), size[0]):
             setattr(self, name, nn.Parameter(t.to_dense().detach().clone(), requires_grad=False))
             return
         csr = torch.sparse_coo_tensor(index, values, size, check_invariants=False).coalesce().to_sparse_csr()
@@ -919,7 +923,7 @@ class FeedForward(_SparseWeights):
             Z = W @ Ht.index_select(0, read)  # (m, tokens)
         else:
             Z = self.W_1 @ Ht
-        Z = torch.relu(Z if self.b_1 is None else Z + self.b_1[:, None])
+        Z = (Z if self.b_1 is None else Z.add_(self.b_1[:, None])).relu_()  # Z is fresh: in place, one (m, tokens) copy
         if "W_2" not in self._sparse:
             return Ht.add_(self.W_2 @ Z)
         crow, col, values = (getattr(self, f"W_2_{p}") for p in ("crow", "col", "values"))
