@@ -51,3 +51,18 @@ def test_a_counted_run_is_recorded_in_the_notebook_metadata(tmp_path):
     assert full.expected_seconds(book / "x.ipynb", gpu=True) == estimate["seconds"]
     page = full.render_page({"cpu-test": full.merge_report(None, [result], ["book/x.ipynb"])})
     assert "## Estimated time on one H100" in page and "`book/x.ipynb` | 3 |" in page
+
+
+def test_every_counted_full_profile_fits_five_minutes_on_an_h100():
+    """Issue budget: each notebook's full profile, estimated from its counted operations, runs within
+    5 minutes on one H100. Notebooks not counted yet are listed by `tfbook.full --page`."""
+    import nbformat
+
+    over = {}
+    for path in full.notebooks():
+        estimate = nbformat.read(path, as_version=4).metadata.get("tfbook", {}).get("h100_estimate")
+        if estimate is not None:
+            assert set(estimate) >= {"seconds", "launches", "gflop", "gbyte", "host_seconds", "counted"}
+            if estimate["seconds"] > 300:
+                over[str(path)] = estimate["seconds"]
+    assert not over, over

@@ -425,7 +425,14 @@ def estimates_section(reports: dict[str, dict]) -> list[str]:
               _num(n["ops"]["bytes"] / 1e9, 1), _num(n["ops"]["host_s"], 1),
               _num(n["ops"]["peak_live_bytes"] / 2**20), _num(n["ops"]["h100_s"], 1))
              for name, n in sorted(counted.items())]
-    return out + _md_table(rows) + [""]
+    every = sorted({n["notebook"] for report in reports.values() for n in report["notebooks"]})
+    missing = [name for name in every if name not in counted]
+    over = [name for name, n in sorted(counted.items()) if n["ops"]["h100_s"] > 300]
+    tail = ["Every counted notebook is estimated within 5 minutes on one H100." if not over else
+            "Estimated over 5 minutes on one H100: " + ", ".join(f"`{m}`" for m in over) + "."]
+    if missing:
+        tail.append("Not counted yet: " + ", ".join(f"`{m}`" for m in missing) + ".")
+    return out + _md_table(rows) + [""] + [" ".join(tail), ""]
 
 
 def _both_ran(a: dict, b: dict, same_commit: bool = True) -> list[str]:
