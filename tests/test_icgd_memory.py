@@ -24,7 +24,7 @@ def dense_scalars(model) -> int:
 def built(threshold: int, **kwargs):
     """The model built with weights of at least ``threshold`` scalars (and under 1% density) stored sparse."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(layers, "SPARSE_MIN_NUMEL", threshold)
+        mp.setattr(layers.sparse, "SPARSE_MIN_NUMEL", threshold)
         return build_transformer(**SIZE, **kwargs)
 
 

@@ -162,7 +162,7 @@ def test_head_chunking_gives_the_same_result(monkeypatch):
     H = rand(4, 9, 8, seed=5)
     layer = Attention.stacked(**W, normalization="relu")
     whole = layer(H)
-    monkeypatch.setattr(layers, "CHUNK_ELEMENTS", 4 * 9 * 9 * 7)  # chunks of 7 heads
+    monkeypatch.setattr(layers.attention, "CHUNK_ELEMENTS", 4 * 9 * 9 * 7)  # chunks of 7 heads
     assert len(layer._chunks(4, 9, 9)) == 8
     torch.testing.assert_close(layer(H), whole, rtol=1e-13, atol=1e-13)
 
@@ -238,7 +238,7 @@ def test_perturb_scales_noises_and_selects():
         dropped = layer(H) - H
     parts = [Attention.stacked(**{k: v[i:i + 1] for k, v in W.items()})(H) - H for i in range(3)]
     torch.testing.assert_close(dropped, parts[0] + parts[2], rtol=1e-12, atol=1e-12)
-    assert not __import__("tfbook.layers", fromlist=["_ACTIVE"])._ACTIVE
+    assert not layers.hooks._ACTIVE
 
 
 @pytest.mark.parametrize("bad", [
@@ -326,9 +326,9 @@ def _sabotaged(monkeypatch, **env: str) -> None:
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    for name, value in (("_ACTIVE", list(layers._ACTIVE)), ("_CORE", None), ("_WEIGHTS", None)):
-        monkeypatch.setattr(layers, name, value)
-    layers._sabotage_from_environment()
+    for name, value in (("_ACTIVE", list(layers.hooks._ACTIVE)), ("_CORE", None), ("_WEIGHTS", None)):
+        monkeypatch.setattr(layers.hooks, name, value)
+    layers.hooks._sabotage_from_environment()
 
 
 @pytest.mark.parametrize("name", list(_constructions()))
@@ -374,10 +374,11 @@ def test_sabotage_variables_are_validated(env, value, monkeypatch):
 
 
 def test_no_chapter_module_or_notebook_reads_the_sabotage_machinery():
-    root = pathlib.Path(layers.__file__).resolve().parent.parent
+    root = pathlib.Path(layers.__file__).resolve().parent.parent.parent
     machinery = re.compile(r"TFBOOK_PERTURB|sabotage_hits|WeightNoise|PERTURB_ENV|WEIGHTS_ENV|layers\._(CORE|WEIGHTS)")
-    tools = {"layers.py", "notebooks.py", "full.py", "claims_audit.py"}  # the machinery, and the tools that run notebooks
-    paths = [p for p in (root / "tfbook").rglob("*.py") if p.name not in tools or p.parent.name != "tfbook"]
+    tools = {"notebooks.py", "full.py", "claims_audit.py"}  # the tools that run notebooks (tfbook/layers: the machinery)
+    paths = [p for p in (root / "tfbook").rglob("*.py")
+             if p.parent.name != "layers" and (p.name not in tools or p.parent.name != "tfbook")]
     paths += sorted((root / "book").rglob("*.ipynb"))
     assert len(paths) > 20
     assert [str(p.relative_to(root)) for p in paths if machinery.search(p.read_text(encoding="utf-8"))] == []

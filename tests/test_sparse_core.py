@@ -34,7 +34,7 @@ def weights():
 def dense_twin(monkeypatch, *args, **kwargs) -> FeedForward:
     """The same layer stored dense (the sparse threshold out of reach)."""
     with monkeypatch.context() as m:
-        m.setattr(layers, "SPARSE_MIN_NUMEL", 2**62)
+        m.setattr(layers.sparse, "SPARSE_MIN_NUMEL", 2**62)
         return FeedForward(*args, **kwargs)
 
 
@@ -100,11 +100,11 @@ def test_perturb_and_weight_noise_act_as_on_the_dense_layer(weights, monkeypatch
         want = twin(H)
     assert float((got - want).abs().max()) < 1e-12 * float(want.abs().max())
     noisy = []
-    for min_numel in (layers.SPARSE_MIN_NUMEL, 2**62):
-        monkeypatch.setattr(layers, "_WEIGHTS", layers.WeightNoise(1e-3, torch.Generator().manual_seed(0)))
-        monkeypatch.setattr(layers, "SPARSE_MIN_NUMEL", min_numel)
+    for min_numel in (layers.sparse.SPARSE_MIN_NUMEL, 2**62):
+        monkeypatch.setattr(layers.hooks, "_WEIGHTS", layers.WeightNoise(1e-3, torch.Generator().manual_seed(0)))
+        monkeypatch.setattr(layers.sparse, "SPARSE_MIN_NUMEL", min_numel)
         noisy.append(FeedForward(W_1.to_sparse_coo(), b_1, W_2, None))
-        assert layers._WEIGHTS.hits == 3  # W_1 (given sparse), b_1, W_2: noised dense, zeros included
+        assert layers.hooks._WEIGHTS.hits == 3  # W_1 (given sparse), b_1, W_2: noised dense, zeros included
     assert not noisy[0]._sparse and torch.equal(noisy[0].W_1, noisy[1].W_1) and torch.equal(noisy[0].W_2, noisy[1].W_2)
     assert int(torch.count_nonzero(noisy[0].W_1)) == D * D
 
@@ -135,7 +135,7 @@ def test_sparse_attention_projections(monkeypatch):
     attn = Attention.stacked(W_Q, W_K, W_V, W_O, normalization="softmax")
     assert sorted(attn._sparse) == ["W_O", "W_V"] and attn.num_heads == 1 and attn.value_width == m
     with monkeypatch.context() as mp:
-        mp.setattr(layers, "SPARSE_MIN_NUMEL", 2**62)
+        mp.setattr(layers.sparse, "SPARSE_MIN_NUMEL", 2**62)
         twin = Attention.stacked(W_Q, W_K, W_V.to_dense(), W_O.to_dense(), normalization="softmax")
     H = torch.randn(2, 5, D, generator=g, dtype=F64)
     assert float((attn(H) - twin(H)).abs().max()) < 1e-12 * float(twin(H).abs().max())

@@ -92,7 +92,7 @@ SCALE_MEMORY_CAP = 8 * 2**30  # bytes of address space a case may take before it
 SCALE_ENV = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**36)}
 
 
-STORAGES = {"core": layers.SPARSE_MIN_NUMEL, "dense": 2**62, "sparse": 1}  # SPARSE_MIN_NUMEL of each storage
+STORAGES = {"core": layers.sparse.SPARSE_MIN_NUMEL, "dense": 2**62, "sparse": 1}  # SPARSE_MIN_NUMEL of each storage
 
 
 def besov_case(N: int, storage: str, out: str = "") -> dict:
@@ -102,7 +102,7 @@ def besov_case(N: int, storage: str, out: str = "") -> dict:
     import tfbook.besov as bv
 
     torch.set_num_threads(1)
-    layers.SPARSE_MIN_NUMEL = STORAGES[storage]
+    layers.sparse.SPARSE_MIN_NUMEL = STORAGES[storage]
     k, j, c = bv.random_atoms(N, 4, 1, 1, 3, seed=0)
     start = time.perf_counter()
     model = bv.build_transformer(k, j, c, 1, 8, 30.0)
