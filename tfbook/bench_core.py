@@ -98,7 +98,7 @@ STORAGES = {"core": layers.sparse.SPARSE_MIN_NUMEL, "dense": 2**62, "sparse": 1}
 def besov_case(N: int, storage: str, out: str = "") -> dict:
     """Build the Besov transformer with N atoms and run one forward over `SCALE_SENTENCES` sentences on one
     thread. ``storage``: "core" (the core's rule), "dense" (every weight dense) or "sparse" (every weight
-    under 1 % non-zero sparse, whatever its size)."""
+    whose CSR arrays take at most a quarter of its dense storage sparse, whatever its size)."""
     import tfbook.besov as bv
 
     torch.set_num_threads(1)
