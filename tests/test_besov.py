@@ -1,4 +1,4 @@
-"""Tests for tfbook.besov (paper 001): references, gadgets, the transformer, rates, grids, masks, mutations."""
+"""Tests for tfbook.besov (Anonymous, 2023): references, gadgets, the transformer, rates, grids, masks, mutations."""
 from __future__ import annotations
 
 import math

@@ -10,14 +10,14 @@ Gadgets (``out`` is a slot key or a linear form ``{slot: coefficient}``; every g
 
 * exact, one layer (`relu`): `identity`, `absolute`, `maximum`, `clip`, `relu_sum`, `interpolant`;
 * Yarotsky (`squaring`): `square` (f_{Lk}, error `squaring_error` = 4^-(Lk+1)), `sawtooth` (g_{Lk}),
-  `product` (paper 000's residual form, error in `product_error_range`), `polarisation_product`
-  (paper 001's form, error in `polarisation_error_range`, exactly 0 on the axes);
+  `product` (Takeshita and Imaizumi's residual form, error in `product_error_range`), `polarisation_product`
+  (the form of Anonymous, 2023, error in `polarisation_error_range`, exactly 0 on the axes);
 * attention (`attention`): `uniform_sum` (W_Q = W_K = 0, every token receives the sum over tokens);
 * networks (`fnn`): `FNN` (Definition 1 on core layers), `feed_forward_layers` (the same network as named
-  core layers for a construction) and `from_fnn` (Lemma 2 of paper 000);
+  core layers for a construction) and `from_fnn` (Lemma 2 of Takeshita and Imaizumi, 2025);
 * networks without skip connections, gadget by gadget (`circuit`): `Circuit` with exact `identity`,
   `absolute`, `clip`, `sawtooth`, Yarotsky `square`, `product`, `tree_product` and the trigonometric
-  `cos_of_sawtooth`, `TrigFeatures` (Eq. (7) of paper 003); `Circuit.affine_maps` feeds `FNN`.
+  `cos_of_sawtooth`, `TrigFeatures` (Eq. (7) of Takakura and Suzuki, 2023); `Circuit.affine_maps` feeds `FNN`.
 """
 from tfbook.gadgets.attention import uniform_sum
 from tfbook.gadgets import circuit

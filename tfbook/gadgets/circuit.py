@@ -1,8 +1,8 @@
 """Levelled ReLU circuits: feed-forward networks *without* skip connections, built gadget by gadget.
 
 The slot gadgets of this package add into a residual stream, which keeps every value for free. A
-network without skip connections (Definition 1 of paper 000, the FFN f_m of paper 003) must carry
-every value it still needs through each ReLU layer. A `Circuit` does that bookkeeping: its ReLU units
+network without skip connections (Definition 1 of Takeshita and Imaizumi, 2025; the FFN f_m of
+Takakura and Suzuki, 2023) must carry every value it still needs through each ReLU layer. A `Circuit` does that bookkeeping: its ReLU units
 sit in levels, a `Val` is an affine combination of the units of one level (level 0 = the inputs), and a
 value needed later is lifted one level up through the exact identity relu(x) - relu(-x) (one unit,
 relu(x), when x >= 0 is known). `Circuit.affine_maps` returns the network's (A_1, b_1), ..., (A_L, b_L),
@@ -14,7 +14,7 @@ Gadgets (an `Approx` carries a-priori bounds: ``mag`` >= |true value|, ``err`` >
 * Yarotsky (the hat expansion of `tfbook.gadgets.squaring.sawtooth_coefficients` with k = 1, one hat
   per level): `square` = f_m with error `squaring_error(1, m)`, `product` (polarisation on |x +- y|, any
   signs), `tree_product`;
-* trigonometric (Eq. (7) of paper 003): `cos_of_sawtooth` (a Horner/Taylor polynomial in u^2 with
+* trigonometric (Eq. (7) of Takakura and Suzuki, 2023): `cos_of_sawtooth` (a Horner/Taylor polynomial in u^2 with
   Yarotsky products), `TrigFeatures` (cos and sin of 2 pi n x by angle addition over the bits of n),
   `taylor_terms`.
 """

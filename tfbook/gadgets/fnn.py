@@ -1,4 +1,4 @@
-"""ReLU feed-forward networks (Definition 1 of paper 000) on the core, and Lemma 2's conversion into
+"""ReLU feed-forward networks (Definition 1 of Takeshita and Imaizumi, 2025) on the core, and Lemma 2's conversion into
 residual transformer feed-forward layers."""
 from __future__ import annotations
 
@@ -115,8 +115,8 @@ class FNN(nn.Module):
 
 
 def from_fnn(affine: Sequence[Affine], slot: str, tag: str = "fnn") -> Gadget:
-    """Lemma 2 of paper 000: the FNN as L+1 residual feed-forward layers on a slot of width W (the largest
-    layer size; the input in its first coordinates, the output appears in its first coordinates).
+    """Lemma 2 of Takeshita and Imaizumi, 2025: the FNN as L+1 residual feed-forward layers on a slot of
+    width W (the largest layer size; the input in its first coordinates, the output appears in its first coordinates).
 
     Layer l adds [I, -I] relu([A_l; I] h + [b_l; 0]) to h, which replaces h by relu(A_l h + b_l) when h >= 0
     (then relu(h) = h). So it equals the FNN only if every input, hidden and output value is >= 0.

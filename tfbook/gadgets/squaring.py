@@ -12,11 +12,11 @@ midpoints). Every weight is dyadic.
 
 Products (e = f_{Lk} - x^2 in [0, delta], delta = 4^-(Lk+1)):
 
-* `product` (Takeshita & Imaizumi, paper 000): psi(u, v) = relu(2 f((u+v)/2) - f(u)/2 - f(v)/2) for u, v in
+* `product` (Takeshita and Imaizumi, 2025): psi(u, v) = relu(2 f((u+v)/2) - f(u)/2 - f(v)/2) for u, v in
   [0, 1]; psi - uv lies in [-delta, 2 delta] (phi - uv = 2 e((u+v)/2) - e(u)/2 - e(v)/2, and relu only
   moves a negative phi towards uv >= 0), both
   ends attained, and psi in [0, 1].
-* `polarisation_product` (paper 001, Lemma 4): 2R^2 [f((u+v)/2R) - f(u/2R) - f(v/2R)] for u, v in [0, R];
+* `polarisation_product` (Anonymous, 2023, Lemma 4): 2R^2 [f((u+v)/2R) - f(u/2R) - f(v/2R)] for u, v in [0, R];
   the error lies in [-R^2 4^-m, R^2 4^-m / 2] (m = Lk) and is exactly 0 when u = 0 or v = 0.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def product_error_range(k: int, L: int) -> tuple[float, float]:
 
 
 def polarisation_error_range(k: int, L: int, R: float = 1.0) -> tuple[float, float]:
-    """(-R^2 4^-m, R^2 4^-m / 2), m = Lk: paper 001's stated range for `polarisation_product`."""
+    """(-R^2 4^-m, R^2 4^-m / 2), m = Lk: the stated range (Anonymous, 2023) for `polarisation_product`."""
     R = validate.real("R", R, low=0, low_open=True)
     delta = squaring_error(k, L)
     return -4 * R * R * delta, 2 * R * R * delta

@@ -1,4 +1,4 @@
-"""The paper's size formulas (paper 003), in the paper's parameters only (numbers, never a built model).
+"""The paper's size formulas (Takakura and Suzuki, 2023), in the paper's parameters only (numbers, never a built model).
 
 Each function is registered with `tfbook.claims.paper_formula`, so that a size claim computes its bound
 from the paper's statement: counts of the built models (widths, depths, non-zeros, heads) are compared

@@ -1,4 +1,5 @@
-"""Sequences, the trigonometric basis, dyadic frequency blocks, γ-smoothness, codes and rates (paper 003, §3, §5).
+"""Sequences, the trigonometric basis, dyadic frequency blocks, γ-smoothness, codes and rates
+(Takakura and Suzuki, 2023, §3, §5).
 
 Everything here is a pure function of its arguments:
 
