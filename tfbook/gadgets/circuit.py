@@ -1,12 +1,12 @@
 """Levelled ReLU circuits: feed-forward networks *without* skip connections, built gadget by gadget.
 
-The slot gadgets of this package add into a residual stream, which keeps every value for free. A
-network without skip connections (Definition 1 of Takeshita and Imaizumi, 2025; the FFN f_m of
-Takakura and Suzuki, 2023) must carry every value it still needs through each ReLU layer. A `Circuit` does that bookkeeping: its ReLU units
-sit in levels, a `Val` is an affine combination of the units of one level (level 0 = the inputs), and a
-value needed later is lifted one level up through the exact identity relu(x) - relu(-x) (one unit,
-relu(x), when x >= 0 is known). `Circuit.affine_maps` returns the network's (A_1, b_1), ..., (A_L, b_L),
-which `tfbook.gadgets.FNN` runs on core layers.
+The slot gadgets of this package add into a residual stream, which keeps every value for free. A network
+without skip connections (Definition 1 of Takeshita and Imaizumi, 2025; the FFN f_m of Takakura and
+Suzuki, 2023) must carry every value it still needs through each ReLU layer. A `Circuit` does that
+bookkeeping: its ReLU units sit in levels, a `Val` is an affine combination of the units of one level
+(level 0 = the inputs), and a value needed later is lifted one level up through the exact identity
+relu(x) - relu(-x) (one unit, relu(x), when x >= 0 is known). `Circuit.affine_maps` returns the
+network's (A_1, b_1), ..., (A_L, b_L), which `tfbook.gadgets.FNN` runs on core layers.
 
 Gadgets (an `Approx` carries a-priori bounds: ``mag`` >= |true value|, ``err`` >= |value - true value|):
 
