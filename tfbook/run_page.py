@@ -1,8 +1,9 @@
 """The "Run this book" page: ``book/run.md``, how to run the notebooks and how long each one takes.
 
 The times come from each notebook's metadata (``"tfbook": {"quick_seconds", "full_seconds_cpu",
-"full_seconds_gpu"}``): the quick profile's wall time as last measured by `tfbook.notebooks` on a
-2-core CPU, and the full profile's expected time on a CPU and on one GPU (`tfbook.full`).
+"full_seconds_gpu", "h100_estimate"}``): the quick profile's wall time as last measured by
+`tfbook.notebooks` on a 2-core CPU, the full profile's expected time on a CPU and on one GPU, and the
+H100 time predicted from its counted operations (`tfbook.full --count`).
 `tfbook.claims_page` writes it beside the claims page.
 """
 from __future__ import annotations
@@ -50,12 +51,15 @@ def render(rows: list[tuple[str, str, dict]], repo: Repository) -> str:
         "**How long each notebook takes.** *Quick*: the wall time last measured on a 2-core CPU, one",
         "thread. *Full*: the expected time on a CPU and on one GPU recorded with the notebook (an",
         "estimate; the times measured where a full profile has run are on the full-profile results page).",
+        "*H100*: the time predicted for one NVIDIA H100 from the operations counted in a CPU run of the",
+        "full profile (launches, FLOPs and bytes; the model is stated on the full-profile results page).",
         "",
-        "| notebook | quick (CPU) | full (CPU) | full (GPU) |", "|:---|---:|---:|---:|",
+        "| notebook | quick (CPU) | full (CPU) | full (GPU) | full (H100, counted) |", "|:---|---:|---:|---:|---:|",
     ]
     for title, path, meta in rows:
         lines.append(f"| [{title}]({path}) | {_duration(meta.get('quick_seconds'))} | "
-                     f"{_duration(meta.get('full_seconds_cpu'))} | {_duration(meta.get('full_seconds_gpu'))} |")
+                     f"{_duration(meta.get('full_seconds_cpu'))} | {_duration(meta.get('full_seconds_gpu'))} | "
+                     f"{_duration((meta.get('h100_estimate') or {}).get('seconds'))} |")
     total = sum(float(m.get("quick_seconds") or 0) for _, _, m in rows)
     lines += ["", f"All {len(rows)} notebooks in the quick profile: about {total / 60:.0f} minutes on one thread."]
     return "\n".join(lines) + "\n"
