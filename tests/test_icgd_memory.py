@@ -22,16 +22,18 @@ def dense_scalars(model) -> int:
 
 
 def built(threshold: int, **kwargs):
-    """The model built with weights of at least ``threshold`` scalars (and under 1% density) stored sparse."""
+    """The model built with weights of at least ``threshold`` scalars stored sparse (when their CSR
+    arrays take at most a quarter); ``threshold`` 2^62 stores every weight dense."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(layers.sparse, "SPARSE_MIN_NUMEL", threshold)
+        mp.setattr(layers.sparse, "MODEL_SPARSE_MIN", max(threshold, layers.sparse.MODEL_SPARSE_MIN))
         return build_transformer(**SIZE, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def models():
     """At a moderate size, the model with every sparse-enough weight stored sparse (a threshold of
-    2^12 scalars instead of 2^22: what the GPU size gets with the real one) and the same stored dense."""
+    2^12 scalars instead of 2^21: what the GPU size gets with the real one) and the same stored dense."""
     return built(2**12, M=64, L=2), built(2**62, M=64, L=2)
 
 
@@ -45,8 +47,11 @@ def test_stored_size_is_far_below_the_dense_size(models):
     assert sizes.stored < 4 * sizes.nonzero and sizes.stored < dense_scalars(sparse) / 50
 
 
-def test_the_real_threshold_stores_the_derivative_layer_sparse():
+def test_the_real_threshold_stores_the_derivative_layer_sparse(monkeypatch):
     model = build_transformer(**SIZE, M=128, L=1)  # 3225 heads: W_Q and W_K hold 8.3 M scalars each
+    assert sorted(model.layer("b0.deriv")._sparse) == ["W_K", "W_O", "W_Q", "W_V"]  # the model is large: all
+    monkeypatch.setattr(layers.sparse, "MODEL_SPARSE_MIN", 2**62)  # the per-weight rule alone
+    model = build_transformer(**SIZE, M=128, L=1)
     assert sorted(model.layer("b0.deriv")._sparse) == ["W_K", "W_Q"]
     assert not model.layer("b0.ewml1")._sparse  # small weights stay dense
 

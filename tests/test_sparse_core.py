@@ -1,4 +1,6 @@
 """Sparse storage in the core: large, sparse weights are stored as CSR arrays behind dense semantics."""
+import copy
+
 import pytest
 import torch
 
@@ -8,7 +10,7 @@ from tfbook.layout import Layout
 from tfbook.model import Construction
 
 F64 = torch.float64
-D = 2048  # D x D = 2**22 scalars: large enough to be stored sparse (at least 2**20)
+D = 2048  # D x D = 2**22 scalars: large enough to be stored sparse (at least 2**21)
 
 
 def sparse_matrix(rows: int, cols: int, per_row: int, seed: int) -> torch.Tensor:
@@ -144,7 +146,8 @@ def test_sparse_attention_projections(monkeypatch):
     assert torch.equal(attn.state_dict()["W_O"], W_O.to_dense())
 
 
-def test_construction_forward_keeps_its_input_and_runs_on_meta(weights):
+def test_construction_forward_keeps_its_input_and_runs_on_meta(weights, monkeypatch):
+    monkeypatch.setattr(layers.sparse, "MODEL_SPARSE_MIN", 2**62)  # keep c dense between the sparse a and b
     W_1, b_1, W_2 = weights
     layer = FeedForward(W_1, b_1, W_2, None)
     eye = torch.eye(D, dtype=F64)
@@ -166,3 +169,35 @@ def test_construction_forward_keeps_its_input_and_runs_on_meta(weights):
     result = meta(torch.empty(2, 3, D, dtype=F64, device="meta"))
     assert result.device.type == "meta" and result.shape == (2, 3, D)
     assert meta.layer("a").W_1.device.type == "meta" and meta.layer("a").W_1.shape == (D, D)
+
+
+def test_a_large_model_stores_its_small_sparse_weights_sparse(weights, monkeypatch):
+    """`compact`: past MODEL_SPARSE_MIN scalars, every weight whose CSR fits a quarter is stored sparse,
+    whatever its size; accessors and outputs are unchanged; shared layers and noised weights are left."""
+    W_1, b_1, W_2 = weights
+    monkeypatch.setattr(layers.sparse, "MODEL_SPARSE_MIN", 2**24)  # four 2^22 weights make a large model here
+    eye = torch.eye(D, dtype=F64)
+    small = (eye[:3], None, eye[:, :3], None)  # 3 x 2048 and 2048 x 3, three non-zeros each
+    dense_c = Construction(_layout(), [("c", FeedForward(*small))])  # 12 k scalars: left as built
+    assert not dense_c.layer("c")._sparse
+    big = [("a", FeedForward(W_1, b_1, W_2, None)), ("b", FeedForward(W_2, None, W_1, None))]
+    model = Construction(_layout(), big + [("c", FeedForward(*small))])
+    assert 4 * D * D >= layers.sparse.MODEL_SPARSE_MIN  # the model is large: c is compacted
+    c = model.layer("c")
+    # W_1 (3 rows) fits a quarter; W_2 (2048 rows: 2049 row pointers for 3 values) does not
+    assert sorted(c._sparse) == ["W_1"] and torch.equal(c.W_1, eye[:3]) and torch.equal(c.W_2, eye[:, :3])
+    assert sum(t.numel() for t in c.parameters()) + c.stored_entries() == 3 + 3 + 4 + 3 * D
+    H = torch.randn(2, 3, D, generator=torch.Generator().manual_seed(8), dtype=F64)
+    assert torch.equal(c(H), dense_c.layer("c")(H))
+    assert torch.equal(model.state_dict()["layers.2.W_1"], eye[:3])
+    first = FeedForward(*small)
+    second = copy.copy(first)  # another layer object on the same storage, as icgd's repeated blocks
+    second._parameters = dict(first._parameters)
+    shared = Construction(_layout(), big + [("c", first), ("d", second)])
+    assert sorted(second._sparse) == ["W_1"] and second.W_1_values is first.W_1_values  # compacted once
+    assert torch.equal(second(H), dense_c.layer("c")(H))
+    with monkeypatch.context() as mp:
+        mp.setattr(layers.hooks, "_WEIGHTS", layers.WeightNoise(1e-3, torch.Generator().manual_seed(0)))
+        noisy = Construction(_layout(), [("a", FeedForward(W_1, b_1, W_2, None)),
+                                         ("b", FeedForward(W_2, None, W_1, None)), ("c", FeedForward(*small))])
+        assert not noisy.layer("c")._sparse and not noisy.layer("a")._sparse

@@ -92,17 +92,19 @@ SCALE_MEMORY_CAP = 8 * 2**30  # bytes of address space a case may take before it
 SCALE_ENV = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**36)}
 
 
-STORAGES = {"core": layers.sparse.SPARSE_MIN_NUMEL, "dense": 2**62, "sparse": 1}  # SPARSE_MIN_NUMEL of each storage
+# (SPARSE_MIN_NUMEL, MODEL_SPARSE_MIN) of each storage
+STORAGES = {"core": (layers.sparse.SPARSE_MIN_NUMEL, layers.sparse.MODEL_SPARSE_MIN), "dense": (2**62, 2**62),
+            "sparse": (1, 2**62)}
 
 
 def besov_case(N: int, storage: str, out: str = "") -> dict:
     """Build the Besov transformer with N atoms and run one forward over `SCALE_SENTENCES` sentences on one
-    thread. ``storage``: "core" (the core's rule), "dense" (every weight dense) or "sparse" (every weight
+    thread. ``storage``: "core" (the core's rules), "dense" (every weight dense) or "sparse" (every weight
     whose CSR arrays take at most a quarter of its dense storage sparse, whatever its size)."""
     import tfbook.besov as bv
 
     torch.set_num_threads(1)
-    layers.sparse.SPARSE_MIN_NUMEL = STORAGES[storage]
+    layers.sparse.SPARSE_MIN_NUMEL, layers.sparse.MODEL_SPARSE_MIN = STORAGES[storage]
     k, j, c = bv.random_atoms(N, 4, 1, 1, 3, seed=0)
     start = time.perf_counter()
     model = bv.build_transformer(k, j, c, 1, 8, 30.0)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from tfbook.device import DTYPE
-from tfbook.layers import Block, FeedForward, Transformer, shared_index_entries
+from tfbook.layers import Block, FeedForward, Transformer, compact, shared_index_entries
 from tfbook.layout import Layout
 
 Number = Union[int, float]
@@ -114,6 +114,7 @@ class Construction(nn.Module):
                 raise ValueError(f"layer {name!r} is not a core layer of tfbook.layers")
             layer.name = name
             self.layers.append(layer)
+        compact(list(self.layers))  # a large model stores its sparse weights sparse, whatever their size
 
     @classmethod
     def from_blocks(cls, layout: Layout, blocks: Sequence[Block], **kwargs) -> "Construction":

@@ -29,7 +29,9 @@ live in their module: ``hooks._ACTIVE``, ``hooks._WEIGHTS``, ``sparse.SPARSE_MIN
 Dense paper-form matrices are built on demand by ``dense()``, never stored. A weight with at least
 ``SPARSE_MIN_NUMEL`` scalars whose CSR arrays (values, column indices, row pointers) would take at most
 ``SPARSE_MAX_FRACTION`` of its dense storage is stored as those arrays, for the matrix it multiplies by
-(`_SparseWeights`); every accessor still returns it dense.
+(`_SparseWeights`); every accessor still returns it dense. In a construction whose weights would hold
+at least ``MODEL_SPARSE_MIN`` scalars dense, every weight whose CSR arrays fit that fraction is stored
+sparse, whatever its own size (`compact`). Quick-profile models stay below both thresholds.
 """
 from tfbook.layers import hooks, sparse
 from tfbook.layers.attention import Attention, ElementwiseMultiplication, HeadView, HeadWeights
@@ -37,9 +39,9 @@ from tfbook.layers.blocks import Block, Transformer
 from tfbook.layers.common import BOUNDARIES, KINDS, NORMALIZATIONS
 from tfbook.layers.feedforward import FeedForward
 from tfbook.layers.hooks import PERTURB_ENV, WEIGHTS_ENV, Perturbation, WeightNoise, perturb, sabotage_hits
-from tfbook.layers.sparse import shared_index_entries, stored_entries, weight_from_entries
+from tfbook.layers.sparse import compact, shared_index_entries, stored_entries, weight_from_entries
 
 __all__ = ["Attention", "BOUNDARIES", "Block", "ElementwiseMultiplication", "FeedForward", "HeadView",
            "HeadWeights", "KINDS", "NORMALIZATIONS", "PERTURB_ENV", "Perturbation", "Transformer", "WEIGHTS_ENV",
-           "WeightNoise", "hooks", "perturb", "sabotage_hits", "shared_index_entries", "sparse", "stored_entries",
-           "weight_from_entries"]
+           "WeightNoise", "compact", "hooks", "perturb", "sabotage_hits", "shared_index_entries", "sparse",
+           "stored_entries", "weight_from_entries"]

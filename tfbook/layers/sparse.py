@@ -17,17 +17,23 @@ from tfbook.layers.hooks import _frozen
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)
 
 
-# A weight is stored sparse only with at least this many scalars (every quick-profile and test weight
-# has fewer; the Besov transformer's weights at N = 200 atoms have about 4 million) ...
-SPARSE_MIN_NUMEL = 2**20
+# A weight is stored sparse only with at least this many scalars (quick-profile weights have at most
+# 1.5 M) ...
+SPARSE_MIN_NUMEL = 2**21
 SPARSE_MAX_FRACTION = 0.25  # ... and when its CSR arrays take at most this fraction of the dense storage
+# ... or, whatever its size, in a model whose core weights hold at least this many scalars dense (see
+# `compact`; quick-profile models hold at most 21 M, the Besov transformer at N = 200 atoms 97.6 M)
+MODEL_SPARSE_MIN = 2**25
 _PARTS = ("values", "crow", "col")  # a sparse weight `name` is stored as name_values (a parameter), name_crow, name_col
 
 
-def _sparse_worthy(numel: int, nonzero: int, rows: int = 0) -> bool:
+def _sparse_worthy(numel: int, nonzero: int, rows: int = 0, min_numel: int | None = None) -> bool:
     """Whether a weight of ``numel`` scalars with ``nonzero`` non-zeros, used as a matrix of ``rows``
-    rows, is stored sparse (CSR: ``nonzero`` values and column indices, ``rows + 1`` row pointers)."""
-    return numel >= SPARSE_MIN_NUMEL and 2 * nonzero + rows + 1 <= SPARSE_MAX_FRACTION * numel
+    rows, is stored sparse (CSR: ``nonzero`` values and column indices, ``rows + 1`` row pointers):
+    at least ``min_numel`` scalars (default `SPARSE_MIN_NUMEL`) and CSR arrays of at most
+    `SPARSE_MAX_FRACTION` of them."""
+    floor = SPARSE_MIN_NUMEL if min_numel is None else min_numel
+    return numel >= floor and 2 * nonzero + rows + 1 <= SPARSE_MAX_FRACTION * numel
 
 
 def weight_from_entries(shape: Sequence[int], entries: Sequence[tuple], device=None) -> torch.Tensor:
@@ -92,6 +98,7 @@ class _SparseWeights(nn.Module):
     def __init__(self):
         super().__init__()
         self._sparse: dict[str, tuple[tuple[int, ...], bool]] = {}  # name -> (dense shape, cols)
+        self._weights: dict[str, bool] = {}  # every weight stored by `_store_weight`: name -> cols
 
     def __getattr__(self, name: str):
         sparse = self.__dict__.get("_sparse")
@@ -99,8 +106,10 @@ class _SparseWeights(nn.Module):
             return self._dense_weight(name)
         return super().__getattr__(name)
 
-    def set_weight(self, name: str, t, cols: bool = False) -> None:
-        """Store weight ``name`` (dense or sparse ``t``): sparse only when large and sparse, never noised."""
+    def set_weight(self, name: str, t, cols: bool = False, min_numel: int | None = None) -> None:
+        """Store weight ``name`` (dense or sparse ``t``): sparse only when large and sparse
+        (`_sparse_worthy` with ``min_numel``), never noised."""
+        floor = SPARSE_MIN_NUMEL if min_numel is None else min_numel
         t = t.to(DTYPE)
         if name in self._sparse:
             del self._sparse[name]
@@ -108,12 +117,12 @@ class _SparseWeights(nn.Module):
                 delattr(self, f"{name}_{part}")
         elif name in self._parameters:
             del self._parameters[name]
-        if t.layout == torch.strided and (t.device.type == "meta" or t.numel() < SPARSE_MIN_NUMEL
-                                          or not _sparse_worthy(t.numel(), int(torch.count_nonzero(t)))):
+        if t.layout == torch.strided and (t.device.type == "meta" or t.numel() < floor
+                                          or not _sparse_worthy(t.numel(), int(torch.count_nonzero(t)), 0, floor)):
             setattr(self, name, nn.Parameter(t.detach().clone(), requires_grad=False))
             return
         index, values, size = _matrix_entries(t, cols)
-        if not _sparse_worthy(t.numel(), values.numel(), size[0]):
+        if not _sparse_worthy(t.numel(), values.numel(), size[0], floor):
             setattr(self, name, nn.Parameter(t.to_dense().detach().clone(), requires_grad=False))
             return
         csr = torch.sparse_coo_tensor(index, values, size, check_invariants=False).coalesce().to_sparse_csr()
@@ -125,6 +134,7 @@ class _SparseWeights(nn.Module):
     def _store_weight(self, name: str, t: torch.Tensor, cols: bool = False) -> None:
         """Store a constructor's weight: with `WeightNoise` active, noised dense through `_frozen` (so a
         noisy weight is dense); otherwise by `set_weight`'s rule."""
+        self._weights[name] = cols
         if hooks._WEIGHTS is not None or (t.layout == torch.strided and t.numel() < SPARSE_MIN_NUMEL):
             setattr(self, name, _frozen(t.to_dense() if t.layout != torch.strided else t))
         else:
@@ -185,7 +195,7 @@ class _SparseWeights(nn.Module):
             key = prefix + name
             value = local.get(key)
             if value is not None and tuple(value.shape) == shape:
-                self.set_weight(name, value, cols)
+                self.set_weight(name, value, cols, min_numel=0)  # stored sparse before: kept so if it fits
             if name not in self._sparse:  # now dense: the parent class loads it (again) from `key`
                 continue
             local.pop(key, None)
@@ -197,6 +207,38 @@ class _SparseWeights(nn.Module):
             local.update({prefix + f"{name}_{p}": getattr(self, f"{name}_{p}") for p in _PARTS})
         super()._load_from_state_dict(local, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
+
+
+def compact(layers: Sequence[nn.Module]) -> int:
+    """Store sparse, whatever its size, every dense weight of ``layers`` whose CSR arrays take at most
+    `SPARSE_MAX_FRACTION` of it, when the weights of ``layers`` would hold at least `MODEL_SPARSE_MIN`
+    scalars dense (a construction calls it on its layers once built); return the number re-stored.
+
+    A large model's small weights then stop dominating what it stores (the Besov transformer at
+    N = 200 atoms: 97.6 M scalars dense for 87 k non-zeros); quick-profile and test models stay as
+    built. Layers on one storage (copies of a layer, as the repeated blocks of a construction) are
+    compacted once, together. Nothing is done on ``meta``, or while the weight-noise sabotage is active
+    (its weights are noised dense by design).
+    """
+    if hooks._WEIGHTS is not None:
+        return 0
+    groups: dict[int, list[_SparseWeights]] = {}  # layers on one storage (copies, as repeated blocks)
+    for layer in {id(layer): layer for layer in layers if isinstance(layer, _SparseWeights)}.values():
+        groups.setdefault(id(layer._sparse), []).append(layer)
+    dense_size = sum(int(np.prod(first._shape(name))) for first, *_ in groups.values() for name in first._weights)
+    if dense_size < MODEL_SPARSE_MIN:  # each storage counted once
+        return 0
+    restored = 0
+    for first, *copies in groups.values():
+        for name, cols in list(first._weights.items()):
+            W = first._parameters.get(name)
+            if W is None or W.device.type == "meta":
+                continue
+            first.set_weight(name, W.detach(), cols, min_numel=0)
+            restored += name in first._sparse
+        for layer in copies:  # they share the index buffers and the weight table; the values follow
+            layer._parameters = dict(first._parameters)
+    return restored
 
 
 def stored_entries(layer: nn.Module) -> int:
