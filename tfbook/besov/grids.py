@@ -124,20 +124,21 @@ def weierstrass(t, a: float, terms: int = 22, seed: int = 0) -> torch.Tensor:
 
 def hat_interpolate(f: Callable, lv, Y) -> torch.Tensor:
     """Reference evaluator: the tensor-product hat interpolant of f on the full grid with levels ``lv`` (D,),
-    at points Y (n, D) (multilinear interpolation; equals `expansion` of the atoms of `aniso_interpolant`)."""
+    at points Y (n, D) (multilinear interpolation; equals `expansion` of the atoms of `aniso_interpolant`).
+    Interpolates with scipy on the host (it reads Y's values); the result is on Y's device."""
     from scipy.interpolate import RegularGridInterpolator
 
     axes = [np.linspace(0.0, 1.0, 2 ** int(k) + 1) for k in np.ravel(lv)]
     mesh = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(axes))
     values = _evaluate(f, torch.as_tensor(mesh, dtype=DTYPE)).numpy().reshape([len(a) for a in axes])
     Y = validate.tensor("Y", Y, shape=(None, len(axes)), low=0.0, high=1.0)
-    return torch.as_tensor(RegularGridInterpolator(axes, values)(Y.cpu().numpy()), dtype=DTYPE)
+    return torch.as_tensor(RegularGridInterpolator(axes, values)(Y.cpu().numpy()), dtype=DTYPE, device=Y.device)
 
 
 def sparse_evaluate(f: Callable, D: int, K: int, Y) -> torch.Tensor:
     """Reference evaluator of `sparse_interpolant` by the combination technique on full grids."""
     D, K = order("D", D), order("K", K, 0)
-    out = torch.zeros(len(Y), dtype=DTYPE)
+    out = torch.zeros(len(Y), dtype=DTYPE, device=torch.as_tensor(Y).device)
     for q in range(min(D, K + 1)):
         for lv in itertools.product(range(K - q + 1), repeat=D):
             if sum(lv) == K - q:

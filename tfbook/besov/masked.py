@@ -66,7 +66,7 @@ def check_rankings(rankings, t: int) -> tuple[torch.Tensor, int]:
 def keep_mask(X, rankings, t: int) -> torch.Tensor:
     """(batch, l) boolean: token j kept iff rankings[region(X), j] <= t."""
     R, t = check_rankings(rankings, t)
-    return R[regions(X).cpu()].to(X.device) <= t
+    return R.to(X.device)[regions(X)] <= t  # indexed on X's device: no copy to the host
 
 
 def masked_atoms(f: Callable, K: int, ranking, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

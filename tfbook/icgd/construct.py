@@ -374,9 +374,13 @@ class ICGDTransformer(Construction):
         return next(self.parameters()).device
 
     def to_device(self, device) -> "ICGDTransformer":
-        """Move every layer to ``device`` (shared block tensors move once); returns self."""
+        """Move every layer and the tables r_hat, dr_hat, u_hat to ``device`` (shared block tensors move
+        once); returns self."""
         for layer in self.layers:
             layer.to(device)
+        for rs in (self.r_hat, self.dr_hat, self.u_hat):
+            if rs is not None:
+                rs.to(device)
         return self
 
     # prompts
@@ -531,6 +535,9 @@ def build_transformer(dx: int, dy: int, K: int, N: int, n: int, L: int, eta: flo
     block.append(("update", update_layer(lay, spec, eta, int(n), dev)))
     block.append(("proj", projection_layer(lay, spec, box, dev)))
     layers = [(f"b{l}.{name}", layer if l == 0 else _share(layer)) for l in range(int(L)) for name, layer in block]
+    for rs in (r_hat, dr_hat, u_hat):  # the tables follow the weights (the references evaluate them)
+        if rs is not None:
+            rs.to(dev)
     return ICGDTransformer(spec, lay, layers, n=int(n), L=int(L), eta=eta, box=box, x_bound=x_bound,
                            y_bound=y_bound, R=float(R), r_hat=r_hat, dr_hat=dr_hat, u_hat=u_hat, R_g=R_g,
                            activation_name=act, loss_name=loss_name, delta=delta)

@@ -230,13 +230,18 @@ class TestSet:
         return self.fresh_y.var(dim=-1)
 
 
-def test_set(cfg: ExperimentConfig, omega2: float, seed: int) -> TestSet:
-    """``cfg.test_prompts`` prompts of ``test_points + 1`` examples from the mixture ``omega2``."""
+def test_set(cfg: ExperimentConfig, omega2: float, seed: int, device=None) -> TestSet:
+    """``cfg.test_prompts`` prompts of ``test_points + 1`` examples from the mixture ``omega2``.
+
+    Drawn on the CPU (the same prompts on every machine), then moved to ``device`` (default the CPU):
+    the baselines and the R^2 of a test set run on its device."""
     gen = torch.Generator().manual_seed(seed)
     W = sample_tasks(cfg, cfg.test_prompts, gen)
     x = sample_x(cfg, cfg.test_prompts, cfg.test_points + 1, omega2, gen)
     fresh_x = sample_x(cfg, cfg.test_prompts, 256, omega2, gen)
-    return TestSet(omega2, x, target(W, x), fresh_x, target(W, fresh_x))
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    parts = (x, target(W, x), fresh_x, target(W, fresh_x))
+    return TestSet(omega2, *(t.to(dev) for t in parts))
 
 
 def r2(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -253,22 +258,22 @@ def context_mean(ts: TestSet) -> torch.Tensor:
     """Predict y_k by the mean of y_1..y_{k-1} (0 for k = 1), (P, n)."""
     csum = torch.cumsum(ts.y, dim=1)
     prev = torch.cat([torch.zeros_like(ts.y[:, :1]), csum[:, :-1]], 1)
-    count = torch.arange(ts.y.shape[1], dtype=F32).clamp(min=1)
+    count = torch.arange(ts.y.shape[1], dtype=F32, device=ts.y.device).clamp(min=1)
     return prev / count
 
 
 def _with_bias(x: torch.Tensor) -> torch.Tensor:
-    return torch.cat([x, torch.ones(*x.shape[:-1], 1, dtype=x.dtype)], -1).to(F64)
+    return torch.cat([x, torch.ones(*x.shape[:-1], 1, dtype=x.dtype, device=x.device)], -1).to(F64)
 
 
 def least_squares(ts: TestSet, ridge: float = 1e-3) -> torch.Tensor:
     """Ridge-regularised least squares with a bias on the k - 1 previous examples, (P, n)."""
     P, n, d = ts.x.shape
     X1, Y = _with_bias(ts.x), ts.y.to(F64)
-    out = torch.zeros(P, n, dtype=F64)
+    out = torch.zeros(P, n, dtype=F64, device=ts.x.device)
     for k in range(1, n):
         A = X1[:, :k]
-        G = A.transpose(1, 2) @ A + ridge * torch.eye(d + 1, dtype=F64)
+        G = A.transpose(1, 2) @ A + ridge * torch.eye(d + 1, dtype=F64, device=ts.x.device)
         beta = torch.linalg.solve(G, A.transpose(1, 2) @ Y[:, :k, None])
         out[:, k] = (X1[:, k:k + 1] @ beta)[:, 0, 0]
     return out.to(F32)
@@ -288,8 +293,8 @@ def gd_baseline(cfg: ExperimentConfig, ts: TestSet, positions: list[int], seed: 
 
     All positions train at once (one network per task and position, contexts padded and masked); the
     initial weights of position k come from ``seed`` and k alone, so a position's result does not depend
-    on which other positions are asked for."""
-    n = ts.x.shape[1]
+    on which other positions are asked for. Runs on the test set's device (initial weights drawn on the CPU)."""
+    n, dev = ts.x.shape[1], ts.x.device
     positions = [validate.positive_int("positions entry", k) for k in positions]
     if not positions or any(k >= n for k in positions):
         raise ValueError(f"positions must be a non-empty list of ints in [1, {n - 1}], got {positions!r}")
@@ -298,15 +303,15 @@ def gd_baseline(cfg: ExperimentConfig, ts: TestSet, positions: list[int], seed: 
     inits = []
     for k in positions:
         gen = torch.Generator().manual_seed(seed * 100003 + k)
-        inits.append([torch.randn(P, o, i, generator=gen) * math.sqrt(2.0 / i)
+        inits.append([(torch.randn(P, o, i, generator=gen) * math.sqrt(2.0 / i)).to(dev)
                       for i, o in zip(sizes, sizes[1:])])
     Ws = [nn.Parameter(torch.cat(layer)) for layer in zip(*inits)]  # (G P, o, i)
-    bs = [nn.Parameter(torch.zeros(G * P, 1, o)) for o in sizes[1:]]
+    bs = [nn.Parameter(torch.zeros(G * P, 1, o, device=dev)) for o in sizes[1:]]
     opt = torch.optim.Adam(Ws + bs, lr=cfg.gd_lr)
-    ks = torch.tensor(positions).repeat_interleave(P)  # (G P,)
+    ks = torch.tensor(positions, device=dev).repeat_interleave(P)  # (G P,)
     xs, ys = ts.x[:, :kmax].repeat(G, 1, 1), ts.y[:, :kmax].repeat(G, 1)  # (G P, kmax, d), (G P, kmax)
-    mask = (torch.arange(kmax) < ks[:, None]).to(F32)  # (G P, kmax) the examples before each query
-    rows = torch.arange(G * P)
+    mask = (torch.arange(kmax, device=dev) < ks[:, None]).to(F32)  # (G P, kmax) the examples before each query
+    rows = torch.arange(G * P, device=dev)
     xq, yq = ts.x[rows % P, ks][:, None], ts.y[rows % P, ks]  # (G P, 1, d), (G P,)
 
     def net(x: torch.Tensor) -> torch.Tensor:
@@ -317,8 +322,8 @@ def gd_baseline(cfg: ExperimentConfig, ts: TestSet, positions: list[int], seed: 
                 h = torch.relu(h)
         return h[..., 0]
 
-    best_err = torch.full((G,), float("inf"))
-    best = torch.zeros(G, P)
+    best_err = torch.full((G,), float("inf"), device=dev)
+    best = torch.zeros(G, P, device=dev)
     for _ in range(cfg.gd_steps):
         loss = (((net(xs) - ys) ** 2 * mask).sum(-1) / ks).sum()
         opt.zero_grad()
@@ -353,17 +358,17 @@ def baselines(cfg: ExperimentConfig, ts: TestSet, gd_positions: list[int], seed:
 
 
 def predict(model: ICLTransformer, ts: TestSet) -> torch.Tensor:
-    """The model's prediction at every position of every test prompt, on the CPU, (P, n)."""
+    """The model's prediction at every position of every test prompt, on the test set's device, (P, n)."""
     dev = next(model.parameters()).device
     with torch.no_grad():
-        return model(ts.x.to(dev), ts.y.to(dev)).cpu()
+        return model(ts.x.to(dev), ts.y.to(dev)).to(ts.y.device)
 
 
 def evaluate(cfg: ExperimentConfig, models: dict[str, ICLTransformer], gd_positions: list[int]) -> dict:
     """Pooled and within-task R^2 per position for every model and baseline and every test mixture."""
-    results = {}
+    results, dev = {}, next(next(iter(models.values())).parameters()).device  # the models' device
     for i, omega2 in enumerate(cfg.mixtures):
-        ts = test_set(cfg, omega2, seed=cfg.seed + 100 + i)
+        ts = test_set(cfg, omega2, seed=cfg.seed + 100 + i, device=dev)
         res = {name: _curves(predict(model, ts), ts) for name, model in models.items()}
         results[omega2] = {**res, **baselines(cfg, ts, gd_positions, seed=cfg.seed)}
     return results
@@ -395,7 +400,8 @@ def run(cfg: ExperimentConfig, seeds: list[int], target_depths: list[int], gd_po
     tests: dict = {}
     for t in depths:
         tcfg = replace(cfg, target_depth=t)
-        tests[t] = [test_set(tcfg, w, seed=cfg.seed + 1000 * t + 100 + i) for i, w in enumerate(cfg.mixtures)]
+        tests[t] = [test_set(tcfg, w, seed=cfg.seed + 1000 * t + 100 + i, device=device)
+                    for i, w in enumerate(cfg.mixtures)]
         curves[t] = {w: baselines(tcfg, ts, gd_positions, seed=cfg.seed)
                      for w, ts in zip(cfg.mixtures, tests[t])}
     seconds = {}
@@ -454,7 +460,7 @@ def depth_sweep(cfg: ExperimentConfig, depths: list[int], attentions: tuple = ("
     if not depths:
         raise ValueError("depths must be a non-empty list of ints >= 1, got []")
     attentions = tuple(validate.choice("attentions", a, ATTENTIONS) for a in attentions)
-    ts = test_set(cfg, 0.0, seed=cfg.seed + 100)  # the in-distribution test set of `evaluate`
+    ts = test_set(cfg, 0.0, seed=cfg.seed + 100, device=device)  # the in-distribution test set of `evaluate`
     settings = {"config": config_dict(cfg), "depths": depths, "attentions": list(attentions),
                 "device": str(device), "seed": cfg.seed, "torch": torch.__version__}
     curves: dict = {}
@@ -463,7 +469,7 @@ def depth_sweep(cfg: ExperimentConfig, depths: list[int], attentions: tuple = ("
         for depth in depths:
             model, log = train(replace(cfg, blocks=depth), attention, device)
             with torch.no_grad():
-                pred = model(ts.x.to(device), ts.y.to(device)).cpu()  # (P, n)
+                pred = model(ts.x, ts.y)  # (P, n), on the device
             curves[attention][depth] = {"r2": r2(pred, ts.y).tolist(),
                                         "r2_within": r2_within(pred, ts.y, ts.within_var).tolist(),
                                         "seconds": log["seconds"], "final_loss": log["losses"][-1]}

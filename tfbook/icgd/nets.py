@@ -82,7 +82,7 @@ def loss_value(loss: str, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     z = t - y
     if loss == "squared":
         return (z ** 2).sum(-1)
-    return (torch.logaddexp(z, -z) - torch.log(torch.tensor(2.0, dtype=z.dtype))).sum(-1)
+    return (torch.logaddexp(z, -z) - torch.log(torch.tensor(2.0, dtype=z.dtype, device=z.device))).sum(-1)
 
 
 def loss_derivative(loss: str, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

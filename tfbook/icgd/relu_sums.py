@@ -10,6 +10,7 @@ instead of the last piece's: for a g that flattens out (tanh, sigmoid, their der
 linear (softplus) its error outside ``[-c, c]`` is the tail's, ``sup_{|t| >= c} |g(t) - tail(t)|``,
 whatever the range of the arguments.
 `ramp(delta)` is ``(relu(t) - relu(t - delta))/delta``, ReLU's derivative away from ``(0, delta)``.
+Builders build on the CPU; ``ReluSum.to(device)`` moves a sum, which then takes arguments on that device.
 """
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ class ReluSum:
             raise ValueError("a and c must be finite")
         self.a, self.c = a.clone(), c.clone()
         self.layer = FeedForward(a[:, :1], a[:, 1], c[None, :], None, residual=False, name="relu_sum")
+
+    def to(self, device) -> "ReluSum":
+        """Move the coefficients and the feed-forward layer to ``device`` (in place); returns self."""
+        self.a, self.c = self.a.to(device), self.c.to(device)
+        self.layer.to(device)
+        return self
 
     @property
     def num_terms(self) -> int:
@@ -121,5 +128,5 @@ def identity_relu() -> ReluSum:
 
 def sup_error(g: Callable[[torch.Tensor], torch.Tensor], rs: ReluSum, R: float, points: int = 20001) -> float:
     """``max |g - rs|`` on a fine grid of ``[-R, R]`` (includes every knot when ``points - 1`` is a multiple of M)."""
-    t = torch.linspace(-R, R, points, dtype=DTYPE)
+    t = torch.linspace(-R, R, points, dtype=DTYPE, device=rs.a.device)  # on the sum's device
     return float((torch.as_tensor(g(t), dtype=DTYPE) - rs(t)).abs().max())

@@ -55,9 +55,9 @@ def lemma16_bound(L: float, d: int, n: int, B: float, D: int) -> float:
 
 
 def embed(z: torch.Tensor) -> torch.Tensor:
-    """Tokens [z; 0; 1] for z (batch, n, d) -> (batch, n, 2d + 1)."""
+    """Tokens [z; 0; 1] for z (batch, n, d) -> (batch, n, 2d + 1), on z's device."""
     B, n, d = z.shape
-    H = torch.zeros(B, n, 2 * d + 1, dtype=DTYPE)
+    H = torch.zeros(B, n, 2 * d + 1, dtype=DTYPE, device=z.device)
     H[..., :d] = z
     H[..., -1] = 1.0
     return H
