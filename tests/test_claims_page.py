@@ -116,13 +116,18 @@ def test_run_page_lists_every_notebook_with_its_recorded_times(tmp_path):
     from tfbook import repository, run_page
 
     nb = nbformat.v4.new_notebook()
-    nb.metadata["tfbook"] = {"quick_seconds": 42, "full_seconds_cpu": 600, "full_seconds_gpu": 90}
+    nb.metadata["tfbook"] = {"quick_seconds": 42, "full_seconds_cpu": 600, "full_seconds_gpu": 90,
+                             "h100_estimate": {"seconds": 7.4}}
     path = tmp_path / "book" / "ch" / "01.ipynb"
     path.parent.mkdir(parents=True)
     nbformat.write(nb, path)
-    rows = run_page.collect(tmp_path, [["book/ch/01"]], {"book/ch/01": "Ch"})
+    second = nbformat.v4.new_notebook()
+    second.metadata["tfbook"] = {"quick_seconds": 3}
+    nbformat.write(second, path.parent / "02.ipynb")
+    rows = run_page.collect(tmp_path, [["book/ch/01", "book/ch/02"]], {"book/ch/01": "Ch"})
     private = run_page.render(rows, repository.Repository("https://example.org/x", False))
-    assert "| [Ch](ch/01.ipynb) | 42 s | 10 min | 90 s |" in private
+    assert "| [Ch](ch/01.ipynb) | 42 s | 10 min | 90 s | 7 s |" in private
+    assert "| [book/ch/02](ch/02.ipynb) | 3 s | - | - | - |" in private  # nothing counted: no estimate
     assert "Binder or Colab**: not yet" in private
     public = run_page.render(rows, repository.Repository("https://example.org/x", True))
     assert "not yet" not in public and "rocket menu" in public
