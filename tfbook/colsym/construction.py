@@ -83,9 +83,11 @@ class ColsymTransformer(Construction):
 
     @property
     def width(self) -> int:
-        """Definition 2's width m: the largest hidden width of any layer, max(ff_width, attention_width)."""
-        sizes = self.counted_sizes()
-        return max(sizes.ff_width, sizes.attention_width)
+        """Definition 2's width m: the largest hidden width of any layer, max(ff_width, attention_width) of
+        `counted_sizes`, read from the layers' shapes only (so it needs no weight values)."""
+        ff = [layer.hidden_width for layer in self.layers if layer.kind == "mlp"]
+        attn = [layer.value_width for layer in self.layers if layer.kind in ("attn", "xattn")]
+        return max(ff + attn + [0])
 
     @property
     def depth(self) -> int:

@@ -27,8 +27,9 @@ def flattened_network(model: ColsymTransformer) -> Construction:
     """The Section 9.1 network on the flattened input (one token, slot ``X`` of size n D, column i in
     coordinates i D .. (i+1) D - 1); read ``out`` at coordinate ``model.layout.index("out")``."""
     n, D, A = model.n, model.layout.dim, model.attention_block
-    eye = torch.eye(n, dtype=DTYPE)
-    first = torch.zeros(n, 1, dtype=DTYPE)
+    device = next(model.parameters()).device  # built on the model's device
+    eye = torch.eye(n, dtype=DTYPE, device=device)
+    first = torch.zeros(n, 1, dtype=DTYPE, device=device)
     first[0] = 1.0  # column 0 only
     layers = []
     for i, (name, layer) in enumerate(model.named_layers()):
@@ -39,9 +40,9 @@ def flattened_network(model: ColsymTransformer) -> Construction:
         elif i == A:  # the column sum: units relu(+-sum_j V h_j), written to every column as W_O / n
             head = layer.heads[0]
             V, W_O = head.W_V, head.W_O  # (m_v, D), (D, m_v)
-            read = torch.kron(torch.ones(1, n, dtype=DTYPE), V)  # (m_v, n D)
+            read = torch.kron(torch.ones(1, n, dtype=DTYPE, device=device), V)  # (m_v, n D)
             W_1 = torch.cat([read, -read])
-            write = torch.kron(torch.ones(n, 1, dtype=DTYPE), W_O / n)  # (n D, m_v)
+            write = torch.kron(torch.ones(n, 1, dtype=DTYPE, device=device), W_O / n)  # (n D, m_v)
             W_2 = torch.cat([write, -write], dim=1)
             b_1 = torch.cat([head.b_V, -head.b_V]) * n  # the value bias is the same in every column
             b_2 = None

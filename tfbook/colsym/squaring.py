@@ -62,12 +62,13 @@ def fnn_to_transformer(fnn: gd.FNN) -> Construction:
 
     One token whose single slot ``h`` has width W (the largest layer of the FNN): the input sits in its
     first coordinates, the output appears in coordinate 0. Depth L + 1, hidden width 2W. Equals the FNN
-    when every input, hidden and output value is non-negative.
+    when every input, hidden and output value is non-negative. Built on the FNN's device.
     """
-    affine = fnn.affine
+    device = fnn.layers[0].W_1.device
+    affine = [(A.cpu(), None if b is None else b.cpu()) for A, b in fnn.affine]  # built on the CPU
     plan = gd.Planner(Layout([("h", gd.fnn_width(affine))]))
     plan.add(gd.from_fnn(affine, "h", tag="lemma2"), phase="lemma2")
-    return Construction(plan.layout, plan.layers())
+    return Construction(plan.layout, plan.layers()).to(device)
 
 
 def run_converted(model: Construction, x: torch.Tensor) -> torch.Tensor:

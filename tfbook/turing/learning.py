@@ -14,7 +14,9 @@ from tfbook.turing.circuits import Circuit, all_inputs
 
 def train_mlp(X: torch.Tensor, y: torch.Tensor, X_test: torch.Tensor, y_test: torch.Tensor, width: int,
               depth: int = 4, epochs: int = 300, lr: float = 3e-3, seed: int = 0, device=None) -> dict[str, float]:
-    """Full-batch Adam on the logistic loss; returns train and test 0-1 errors."""
+    """Full-batch Adam on the logistic loss; returns train and test 0-1 errors. Trains on ``device``, by default
+    X's device (the weights are drawn on the CPU and moved, so every device starts from the same network)."""
+    device = X.device if device is None else device
     if width < 1 or depth < 1 or epochs < 1:
         raise ValueError(f"width, depth and epochs must be >= 1, got {width}, {depth}, {epochs}")
     torch.manual_seed(seed)
@@ -45,7 +47,7 @@ def learning_curves(X_all: torch.Tensor, y_all: torch.Tensor, widths, sizes, see
             errs = []
             for seed in seeds:
                 perm = torch.randperm(len(X_all), generator=torch.Generator().manual_seed(1000 + seed))
-                tr, te = perm[:n], perm[n:]
+                tr, te = perm[:n].to(X_all.device), perm[n:].to(X_all.device)
                 errs.append(train_mlp(X_all[tr], y_all[tr], X_all[te], y_all[te], w, depth=depth, epochs=epochs,
                                       seed=seed, device=device)["test_error"])
             out[(w, n)] = errs
@@ -54,6 +56,6 @@ def learning_curves(X_all: torch.Tensor, y_all: torch.Tensor, widths, sizes, see
 
 def circuit_learning_curves(circuit: Circuit, widths, sizes, seeds=(0,), epochs: int = 300, depth: int = 4,
                             device=None) -> dict:
-    """`learning_curves` on all 2^m inputs labelled by ``circuit``."""
-    X_all = all_inputs(circuit.num_inputs)
+    """`learning_curves` on all 2^m inputs labelled by ``circuit`` (on ``device``, by default the CPU)."""
+    X_all = all_inputs(circuit.num_inputs).to(device)
     return learning_curves(X_all, circuit.evaluate(X_all), widths, sizes, seeds, epochs, depth, device)

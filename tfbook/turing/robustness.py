@@ -68,7 +68,7 @@ def circuit_readout_attack(net: CircuitNetwork, X: torch.Tensor) -> tuple[torch.
     F = net(X)
     radius = F.abs() / torch.sqrt(g**2 + 1)
     W, b = last.W_2.detach().clone(), last.b_2.detach().clone()
-    flipped = torch.zeros(len(F), dtype=torch.bool)
+    flipped = torch.zeros(len(F), dtype=torch.bool, device=F.device)
     try:
         for value in torch.unique(g):  # inputs with the same output gate get the same perturbation
             rows = g == value
@@ -196,7 +196,7 @@ def circuit_parameter_attack(net: CircuitNetwork, X: torch.Tensor, inputs: int =
     an upper bound on min_x rho(theta, x, G(x)) over X."""
     X = torch.as_tensor(X, dtype=DTYPE)
     pick = torch.randperm(len(X), generator=torch.Generator().manual_seed(1))[:validate.positive_int("inputs", inputs)]
-    X = X[pick]
+    X = X[pick.to(X.device)]  # drawn on the CPU: the same inputs on every device
     sign = torch.sign(net(X))
     return attacked_radius([p for _, p in net.theta()], lambda: sign * net(X), start_radius, seeds)
 
@@ -286,8 +286,13 @@ def certified_radius(net: CircuitNetwork, X: torch.Tensor, correct: bool = True,
 
 
 def _check_correction(name: str, W_1: torch.Tensor, b_1: torch.Tensor, W_2: torch.Tensor) -> None:
-    """The certificate's case analysis holds for round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3) exactly."""
+    """The certificate's case analysis holds for round(z) = 3 relu(z - 1/3) - 3 relu(z - 2/3) exactly (checked on
+    the weights' values; on the meta device, which has none, only the shapes are checked)."""
     n = W_2.shape[0]
+    if not validate.has_values(W_1):
+        if W_1.shape != (2 * n, n) or b_1 is None or W_2.shape != (n, 2 * n):
+            raise ValueError(f"layer {name!r} does not have the shapes of a correction")
+        return
     eye = torch.eye(n, dtype=DTYPE, device=W_1.device)
     third = torch.full((n,), 1 / 3, dtype=DTYPE, device=W_1.device)
     if not (W_1.shape == (2 * n, n) and torch.equal(W_1, torch.cat([eye, eye])) and b_1 is not None

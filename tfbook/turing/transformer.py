@@ -318,7 +318,7 @@ class TMTransformer(Construction):
 
     def _cells(self, bits: torch.Tensor, T: int) -> torch.Tensor:
         """Signed cell indices from Bin(l mod 2^P) (..., P): codes above T+1 are negative cells."""
-        weights = torch.tensor([2 ** (self.P - 1 - k) for k in range(self.P)], dtype=DTYPE)
+        weights = torch.tensor([2 ** (self.P - 1 - k) for k in range(self.P)], dtype=DTYPE, device=bits.device)
         cells = (bits.round() @ weights).long()
         return torch.where(cells > T + 1, cells - 2**self.P, cells)
 
