@@ -303,11 +303,11 @@ def format_table(results: list[Result], estimate_only: bool = False) -> str:
         known = [r.expected_s for r in results if r.expected_s]
         rows.append(("total (known)", _num(sum(known))))
     else:
-        rows = [("notebook", "status", "device", "wall s", "expected s", "peak RSS MiB", "peak CUDA MiB", "held", "failed",
-                 "H100 est. s")]
-        rows += [(r.notebook, r.status, r.device or "-", _num(r.wall_s, 1), _num(r.expected_s), _num(r.peak_rss_mib),
-                  _num(r.peak_cuda_mib), str(r.held), str(r.failed), _num(r.ops and r.ops["h100_s"], 1))
-                 for r in results]
+        rows = [("notebook", "status", "device", "wall s", "expected s", "peak RSS MiB", "peak CUDA MiB", "held",
+                 "failed", "H100 est. s")]
+        rows += [(r.notebook, r.status, r.device or "-", _num(r.wall_s, 1), _num(r.expected_s),
+                  _num(r.peak_rss_mib), _num(r.peak_cuda_mib), str(r.held), str(r.failed),
+                  _num(r.ops and r.ops["h100_s"], 1)) for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in rows]
@@ -392,11 +392,8 @@ def render_page(reports: dict[str, dict]) -> str:
 
 
 def _wall(run: dict) -> str:
-    """A run's wall time; for a counted run, without the counter's own cost (marked *)."""
-    ops = run.get("ops")
-    if ops is None or run["wall_s"] is None:
-        return _num(run["wall_s"])
-    return _num(max(0.0, run["wall_s"] - ops["overhead_s"])) + "*"
+    """A run's wall time, marked * for a counted run (slower: it includes the counter's cost)."""
+    return _num(run["wall_s"]) + ("*" if run.get("ops") and run["wall_s"] is not None else "")
 
 
 def estimates_section(reports: dict[str, dict]) -> list[str]:
@@ -414,12 +411,13 @@ def estimates_section(reports: dict[str, dict]) -> list[str]:
            "A run with `--count` counts every tensor operation of a notebook's full profile: kernel launches, "
            "floating-point operations (torch's formulas for matrix products; ten n³ per dense factorisation; one per "
            "element otherwise), bytes read and written, and the peak of the tensors alive at once. The estimate is "
-           f"the host work measured on the counting machine (everything outside tensor operations) plus, per "
-           f"operation, {H100['launch_s'] * 1e6:.0f} µs of launch and dispatch and the larger of its compute and memory "
+           "the host work measured on the counting machine (the CPU time of everything outside tensor operations "
+           "and outside the counter) plus, per operation, "
+           f"{H100['launch_s'] * 1e6:.0f} µs of launch and dispatch and the larger of its compute and memory "
            f"times on {H100['name']}: FP64 {H100['fp64_flops'] / 1e12:.0f} TFLOP/s "
            f"({H100['fp64_matmul_flops'] / 1e12:.0f} on tensor cores), FP32 {H100['fp32_flops'] / 1e12:.0f} TFLOP/s, "
            f"{H100['bytes_per_s'] / 1e12:.1f} TB/s, plus {H100['factorisation_s'] * 1e3:.0f} ms per factorisation. "
-           "Wall times marked * are counted runs with the counter's own cost taken out.", ""]
+           "Wall times marked * are counted runs, slower than plain ones by the counter's own cost.", ""]
     rows = [("notebook", "launches", "GFLOP", "GB moved", "host s", "peak tensors MiB", "H100 est. s")]
     rows += [(f"`{name}`", str(n["ops"]["launches"]), _num(n["ops"]["flops"] / 1e9, 1),
               _num(n["ops"]["bytes"] / 1e9, 1), _num(n["ops"]["host_s"], 1),

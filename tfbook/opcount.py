@@ -11,8 +11,9 @@ aliasing operations excluded: they move no data) is counted:
   indices);
 * **live bytes**: the storages the operations allocated and that are still referenced; their peak is
   what a GPU's allocator would hold at least;
-* **kernel seconds**: time spent inside the operations on this machine. The rest of the wall time
-  (Python, NumPy, plotting) is host work that a GPU machine does alike.
+* **kernel seconds**: CPU time spent inside the operations on this machine. The rest of the process's
+  CPU time (Python, NumPy, plotting), less the counter's own, is host work that a GPU machine does
+  alike. CPU time, not wall time: the estimate does not depend on what else the machine runs.
 
 `h100_seconds` turns the counts into a time with the model stated in `H100`: host seconds, plus per
 operation a launch cost and the larger of its compute time and its memory time (a roofline), plus a
@@ -58,17 +59,17 @@ class Counts:
     factorisations: int = 0
     flops: float = 0.0
     bytes: float = 0.0
-    kernel_s: float = 0.0  # seconds inside the operations on this machine
+    kernel_s: float = 0.0  # CPU seconds inside the operations on this machine
     roofline_s: float = 0.0  # sum over operations of max(compute, memory) time on the H100 model
     peak_live_bytes: float = 0.0
-    wall_s: float = 0.0
+    cpu_s: float = 0.0  # the process's CPU seconds while counting
     overhead_s: float = 0.0  # the counter's own cost (calibrated per operation), not part of the run
     by_op: dict[str, int] = field(default_factory=dict)
 
     @property
     def host_s(self) -> float:
-        """Wall time spent outside the counted operations and outside the counter."""
-        return max(0.0, self.wall_s - self.kernel_s - self.overhead_s)
+        """CPU time spent outside the counted operations and outside the counter."""
+        return max(0.0, self.cpu_s - self.kernel_s - self.overhead_s)
 
 
 def _tensor_bytes(t: torch.Tensor) -> int:
@@ -117,14 +118,14 @@ class OpCounter(TorchDispatchMode):
 
     def __enter__(self) -> "OpCounter":
         self._per_op_overhead = _calibrate()
-        self._start = time.perf_counter()
+        self._start = time.process_time()
         return super().__enter__()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        begin = time.perf_counter()
+        begin = time.process_time()
         out = func(*args, **kwargs)
-        inside = time.perf_counter() - begin
+        inside = time.process_time() - begin
         schema = func._schema
         if schema.returns and all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
             self.counts.overhead_s += self._per_op_overhead
@@ -147,7 +148,7 @@ class OpCounter(TorchDispatchMode):
         c.by_op[name] = c.by_op.get(name, 0) + 1
         for o in outputs:
             self._track(o)
-        c.overhead_s += self._per_op_overhead + (time.perf_counter() - begin - inside)
+        c.overhead_s += self._per_op_overhead + (time.process_time() - begin - inside)
         return out
 
     def _track(self, t: torch.Tensor) -> None:
@@ -167,7 +168,7 @@ class OpCounter(TorchDispatchMode):
 
     def report(self) -> dict:
         """The counts so far, with the H100 estimate (JSON-ready)."""
-        self.counts.wall_s = time.perf_counter() - self._start
+        self.counts.cpu_s = time.process_time() - self._start
         record = {k: v for k, v in asdict(self.counts).items() if k != "by_op"}
         record["host_s"] = self.counts.host_s
         record["h100_s"] = h100_seconds(self.counts)
@@ -191,10 +192,10 @@ def _calibrate(n: int = 2000, repeats: int = 5) -> float:
         best = float("inf")
         for _ in range(repeats + 1):  # the first try warms up
             with mode or _NoMode():
-                begin = time.perf_counter()
+                begin = time.process_time()
                 for _ in range(n):
                     torch.add(x, x)
-                best = min(best, time.perf_counter() - begin)
+                best = min(best, time.process_time() - begin)
         return best
 
     return max(0.0, (seconds(_Probe()) - seconds(None)) / n)
@@ -212,7 +213,7 @@ class _Probe(TorchDispatchMode):
     """The cost of entering Python for each operation (used by `_calibrate`)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        begin = time.perf_counter()
+        begin = time.process_time()
         out = func(*args, **(kwargs or {}))
-        time.perf_counter() - begin
+        time.process_time() - begin
         return out
