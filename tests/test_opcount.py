@@ -25,6 +25,14 @@ def test_counts_a_matrix_product_and_skips_views():
     assert report["h100_s"] >= counts.launches * opcount.H100["launch_s"] + counts.roofline_s
 
 
+def test_a_sparse_product_counts_two_flops_per_stored_value_and_column():
+    A = torch.eye(100, dtype=torch.float64)[:, :40].contiguous().to_sparse_csr()  # 40 stored values
+    B = torch.ones(40, 7, dtype=torch.float64)
+    with opcount.OpCounter() as counter:
+        A @ B
+    assert counter.counts.flops == 2 * 40 * 7
+
+
 def test_factorisations_are_charged_their_latency():
     x = torch.eye(20, dtype=torch.float64).expand(3, 20, 20).contiguous()
     with opcount.OpCounter() as counter:

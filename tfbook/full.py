@@ -409,8 +409,8 @@ def estimates_section(reports: dict[str, dict]) -> list[str]:
 
     out = ["## Estimated time on one H100", "",
            "A run with `--count` counts every tensor operation of a notebook's full profile: kernel launches, "
-           "floating-point operations (torch's formulas for matrix products; ten n³ per dense factorisation; one per "
-           "element otherwise), bytes read and written, and the peak of the tensors alive at once. The estimate is "
+           "floating-point operations (torch's formulas for matrix products; two per stored value and column of a "
+           "product with a sparse matrix; ten n³ per dense factorisation; one per element otherwise), bytes read and written, and the peak of the tensors alive at once. The estimate is "
            "the host work measured on the counting machine (the CPU time of everything outside tensor operations "
            "and outside the counter) plus, per operation, "
            f"{H100['launch_s'] * 1e6:.0f} µs of launch and dispatch and the larger of its compute and memory "

@@ -5,8 +5,9 @@ aliasing operations excluded: they move no data) is counted:
 
 * **launches**: one per operation; on a GPU each is a kernel launch plus eager PyTorch's dispatch;
 * **flops**: torch's own formulas (`torch.utils.flop_counter`) for matrix products, convolutions and
-  attention; ``10 n³`` per matrix for a dense factorisation (eigh, svd, solve, inverse, ...); one per
-  output element for everything else;
+  attention; two per stored value and output column for a product with a sparse matrix; ``10 n³`` per
+  matrix for a dense factorisation (eigh, svd, solve, inverse, ...); one per output element for
+  everything else;
 * **bytes**: every tensor argument read and every result written (sparse tensors: their values and
   indices);
 * **live bytes**: the storages the operations allocated and that are still referenced; their peak is
@@ -72,6 +73,11 @@ class Counts:
         return max(0.0, self.cpu_s - self.kernel_s - self.overhead_s)
 
 
+def _tensor_values(t: torch.Tensor) -> int:
+    """Stored values of a sparse tensor."""
+    return t._values().numel() if t.layout == torch.sparse_coo else t.values().numel()
+
+
 def _tensor_bytes(t: torch.Tensor) -> int:
     if t.layout == torch.strided:
         return t.numel() * t.element_size()
@@ -84,6 +90,12 @@ def _tensor_bytes(t: torch.Tensor) -> int:
 
 
 def _flops(func: Any, name: str, args: tuple, kwargs: dict, out: Any, outputs: list[torch.Tensor]) -> float:
+    tensors = [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)]
+    sparse = next((t for t in tensors if t.layout != torch.strided), None)
+    if sparse is not None and outputs:  # a sparse product: two flops per stored value and output column
+        nnz = _tensor_values(sparse)
+        width = sparse.shape[0] if tensors[0] is sparse else sparse.shape[-1]
+        return 2.0 * nnz * outputs[0].numel() / max(1, width)
     if func._overloadpacket in flop_registry:
         try:
             return float(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
