@@ -31,6 +31,9 @@ def test_a_sparse_product_counts_two_flops_per_stored_value_and_column():
     with opcount.OpCounter() as counter:
         A @ B
     assert counter.counts.flops == 2 * 40 * 7
+    with opcount.OpCounter() as counter:  # a conversion is no product: one flop per stored value
+        A.to_sparse_coo().coalesce()
+    assert counter.counts.flops <= 3 * 40
 
 
 def test_factorisations_are_charged_their_latency():

@@ -92,10 +92,11 @@ def _tensor_bytes(t: torch.Tensor) -> int:
 def _flops(func: Any, name: str, args: tuple, kwargs: dict, out: Any, outputs: list[torch.Tensor]) -> float:
     tensors = [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)]
     sparse = next((t for t in tensors if t.layout != torch.strided), None)
-    if sparse is not None and outputs:  # a sparse product: two flops per stored value and output column
-        nnz = _tensor_values(sparse)
+    if sparse is not None and name in MATMUL and outputs:  # two flops per stored value and output column
         width = sparse.shape[0] if tensors[0] is sparse else sparse.shape[-1]
-        return 2.0 * nnz * outputs[0].numel() / max(1, width)
+        return 2.0 * _tensor_values(sparse) * outputs[0].numel() / max(1, width)
+    if sparse is not None or any(o.layout != torch.strided for o in outputs):  # conversions: one per value
+        return float(sum(_tensor_values(t) if t.layout != torch.strided else t.numel() for t in outputs))
     if func._overloadpacket in flop_registry:
         try:
             return float(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
