@@ -11,6 +11,7 @@ import tfbook.besov as bv
 from tfbook.besov import masked as mk
 from tfbook.besov.gadgets import product_reference, yarotsky
 from tfbook.besov.grids import quantize
+from tests.meta_helpers import on_meta
 
 META = torch.device("meta")
 F64 = torch.float64
@@ -29,16 +30,9 @@ NEEDS_VALUES = {
 }
 
 
-def _on_meta(*outs) -> bool:
-    flat = []
-    for o in outs:
-        flat += list(o) if isinstance(o, (list, tuple)) else [o]
-    return bool(flat) and all(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in flat)
-
-
-def test_gadget_networks_run_on_meta():
+def test_gadget_networks_runon_meta():
     z = torch.empty(9, 2, dtype=F64, device=META)
-    assert _on_meta(bv.product_net(4, 2.0).to_device(META)(z), bv.bspline_net(2, 2, 4).to_device(META)(z))
+    assert on_meta(bv.product_net(4, 2.0).to_device(META)(z), bv.bspline_net(2, 2, 4).to_device(META)(z))
 
 
 def test_references_follow_their_input_to_meta():
@@ -47,7 +41,7 @@ def test_references_follow_their_input_to_meta():
     j = torch.tensor([[[0], [1], [-1]], [[1], [0], [3]]])
     c = torch.tensor([0.5, -1.0], dtype=F64)
     x = torch.empty(7, dtype=F64, device=META)
-    assert _on_meta(bv.bspline(x, 2), bv.bspline(X, 1), bv.expansion(X, k, j, c, 1),
+    assert on_meta(bv.bspline(x, 2), bv.bspline(X, 1), bv.expansion(X, k, j, c, 1),
                     product_reference(x, x, 4, 2.0), yarotsky(x, 3))
 
 
@@ -59,5 +53,5 @@ def test_masked_references_and_network_follow_their_input_to_meta():
 
     model = mk.build_masked_transformer([piece, piece], 1, rankings, 1, 4, 6.0).to_device(META)
     X = torch.empty(6, 3, 1, dtype=F64, device=META)
-    assert _on_meta(mk.regions(X), mk.keep_mask(X, rankings, 1), model.undecided(X), model.network(X),
+    assert on_meta(mk.regions(X), mk.keep_mask(X, rankings, 1), model.undecided(X), model.network(X),
                     quantize(X, mk.keep_mask(X, rankings, 1), 2.0))

@@ -14,6 +14,7 @@ from tfbook.colsym import verify
 from tfbook.colsym.algebra import as_batch, column_monomial
 from tfbook.colsym.approximant import approximant_values, interpolated_square, product
 from tfbook.colsym.flatten import flattened_network, run_flattened
+from tests.meta_helpers import on_meta
 
 META = torch.device("meta")
 F64 = torch.float64
@@ -32,19 +33,12 @@ NEEDS_VALUES = {
 COEFFS = {((1, 0),): 1.0, ((0, 1), (1, 0)): 0.5, ((1, 1),): 2.0, ((1, 0), (1, 0)): 1.0}
 
 
-def _on_meta(*outs) -> bool:
-    flat = []
-    for o in outs:
-        flat += list(o.values()) if isinstance(o, dict) else list(o) if isinstance(o, (list, tuple)) else [o]
-    return bool(flat) and all(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in flat)
-
-
 @pytest.mark.parametrize("normalized", [False, True])
-def test_a_small_theorem1_transformer_runs_on_meta(normalized):
+def test_a_small_theorem1_transformer_runson_meta(normalized):
     model = cs.build_transformer(COEFFS, 2, 3, 2, 1, normalized=normalized).to(META)
     X = torch.empty(4, 2, 3, dtype=F64, device=META)
     H0 = model.stream(X, upto=model.attention_block)
-    assert _on_meta(model(X), model.embed(X), H0, model.stream(X, return_all=True),
+    assert on_meta(model(X), model.embed(X), H0, model.stream(X, return_all=True),
                     model.attention().attention_weights(H0), model.msp_values(X),
                     model.read_msp(X, ((1, 0), (1, 0))))
     assert tuple(model(X).shape) == (4,)
@@ -56,32 +50,32 @@ def test_algebra_and_approximant_references_follow_their_input_to_meta():
     T = ((0, 1), (1, 0), (1, 1))
     outs = [cs.msp(T, X), cs.msp((), X), cs.msp_bruteforce(T, X), cs.msp_partition(T, X),
             cs.evaluate(COEFFS, X), cs.evaluate({(): 1.0}, X)]
-    assert _on_meta(*outs) and all(tuple(t.shape) == (4,) for t in outs)
-    assert _on_meta(as_batch(X[0]), column_monomial(X, (2, 1)))
+    assert on_meta(*outs) and all(tuple(t.shape) == (4,) for t in outs)
+    assert on_meta(as_batch(X[0]), column_monomial(X, (2, 1)))
     x = torch.empty(5, dtype=F64, device=META)
     mono, P = approximant_values(model, X)
-    assert _on_meta(interpolated_square(x, 3), product(x, x, 3), mono, P)
+    assert on_meta(interpolated_square(x, 3), product(x, x, 3), mono, P)
 
 
-def test_squaring_gadgets_and_the_flattened_network_run_on_meta():
+def test_squaring_gadgets_and_the_flattened_network_runon_meta():
     x = torch.empty(6, dtype=F64, device=META)
-    assert _on_meta(cs.run_slots(cs.build_sawtooth(3).to(META), "g", x=x),
+    assert on_meta(cs.run_slots(cs.build_sawtooth(3).to(META), "g", x=x),
                     cs.run_slots(cs.build_product(2, 2).to(META), "psi", x=x, y=x))
     square, prod = cs.build_square_fnn(3, 2).to(META), cs.build_product_fnn(2, 2)
     converted = cs.fnn_to_transformer(prod)  # a builder: reads the FNN's weights, on the CPU
     assert converted.layers[0].W_1.device.type == "cpu"
     converted, prod = converted.to(META), prod.to(META)
     x2 = torch.empty(6, 2, dtype=F64, device=META)
-    assert _on_meta(square(x[:, None]), prod(x2), cs.run_converted(converted, x2))
+    assert on_meta(square(x[:, None]), prod(x2), cs.run_converted(converted, x2))
     model = cs.build_transformer(COEFFS, 2, 3, 2, 1).to(META)
     net = flattened_network(model)  # built from the model's weights, on the model's device
     X = torch.empty(4, 2, 3, dtype=F64, device=META)
-    assert net.layers[0].W_1.device.type == "meta" and _on_meta(run_flattened(net, model, X))
+    assert net.layers[0].W_1.device.type == "meta" and on_meta(run_flattened(net, model, X))
 
 
 def test_verify_inputs_and_errors_follow_the_model_to_meta():
     model = cs.build_transformer(COEFFS, 2, 3, 2, 1).to(META)
     batches = verify.candidate_inputs(model, 4, seed=0, device=META)  # drawn on the CPU, moved
-    assert set(batches) == set(verify.FAMILIES) and _on_meta(batches)
+    assert set(batches) == set(verify.FAMILIES) and on_meta(batches)
     X = torch.cat(list(batches.values()))
-    assert _on_meta(verify.errors(model, COEFFS, X)) and tuple(verify.errors(model, COEFFS, X).shape) == (len(X),)
+    assert on_meta(verify.errors(model, COEFFS, X)) and tuple(verify.errors(model, COEFFS, X).shape) == (len(X),)

@@ -9,6 +9,7 @@ a small squaring network through `run_squaring`, and the references `hat`, `sawt
 import torch
 
 from tfbook import foundation as fd
+from tests.meta_helpers import on_meta
 
 META = torch.device("meta")
 F64 = torch.float64
@@ -20,20 +21,16 @@ NEEDS_VALUES = {
 }
 
 
-def _on_meta(*outs) -> bool:
-    return bool(outs) and all(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in outs)
-
-
-def test_token_sum_and_abs_max_run_on_meta():
+def test_token_sum_and_abs_max_runon_meta():
     summer = fd.build_token_sum(3, 8).to(META)
     X = torch.empty(2, 8, 3, dtype=F64, device=META)
     H = summer.embed(x=X)
     trace = summer.trace(H)
-    assert _on_meta(H, summer(H), summer.read(H, "sum"), *trace.states, *trace.attention.values())
+    assert on_meta(H, summer(H), summer.read(H, "sum"), *trace.states, *trace.attention.values())
     absmax = fd.build_abs_max().to(META)
     xs = torch.empty(1, 5, dtype=F64, device=META)
     out = absmax(absmax.embed(x=xs, y=xs))
-    assert _on_meta(out, absmax.read(out, "abs"), absmax.read(out, "max"))
+    assert on_meta(out, absmax.read(out, "abs"), absmax.read(out, "max"))
     assert tuple(absmax.read(out, "max").shape) == (1, 5, 1)
 
 
@@ -42,5 +39,5 @@ def test_squaring_and_references_follow_their_input_to_meta():
     x = torch.empty(3, 7, dtype=F64, device=META)
     outs = [fd.run_squaring(net, x), fd.hat(x), fd.sawtooth_closed_form(x, 3),
             fd.square_interp_closed_form(x, 3), fd.square_interp_closed_form(x, 0)]
-    assert _on_meta(*outs)
+    assert on_meta(*outs)
     assert all(tuple(t.shape) == (3, 7) for t in outs)

@@ -14,6 +14,7 @@ from tfbook.icgd import nets, verify
 from tfbook.icgd.construct import build_transformer
 from tfbook.icgd.relu_sums import interpolant, ramp
 from tfbook.icgd.softmax_univ import embed, quant, quantization_ff
+from tests.meta_helpers import on_meta
 
 META = torch.device("meta")
 F64 = torch.float64
@@ -36,21 +37,14 @@ NEEDS_VALUES = {
 }
 
 
-def _on_meta(*outs) -> bool:
-    flat = []
-    for o in outs:
-        flat += list(o) if isinstance(o, (list, tuple)) else [o]
-    return bool(flat) and all(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in flat)
-
-
-def test_a_small_construction_runs_on_meta():
+def test_a_small_construction_runson_meta():
     model = build_transformer(2, 1, 3, 2, 4, 2, 0.5, activation="relu", loss="logcosh", delta=0.1,
                               device=META)
     X, Y, xq, w0 = verify.random_prompt(model, B=2, seed=0)  # drawn on the CPU, moved to meta
-    assert _on_meta(X, Y, xq, w0, model.r_hat.a, model.dr_hat.c, model.u_hat.a)
+    assert on_meta(X, Y, xq, w0, model.r_hat.a, model.dr_hat.c, model.u_hat.a)
     H = model.embed(X, Y, xq, w0)
-    assert _on_meta(H, model(H), model.run(X, Y, xq, w0), model.preactivations(H, 1), model.residuals(H))
-    assert _on_meta(model.read_w(model(H)), model.r_hat(H[..., 0]))
+    assert on_meta(H, model(H), model.run(X, Y, xq, w0), model.preactivations(H, 1), model.residuals(H))
+    assert on_meta(model.read_w(model(H)), model.r_hat(H[..., 0]))
 
 
 def test_net_references_follow_their_input_to_meta():
@@ -60,13 +54,13 @@ def test_net_references_follow_their_input_to_meta():
     Y = torch.empty(2, 5, 2, dtype=F64, device=META)
     for act in nets.ACTIVATIONS:
         a = nets.activation(act)
-        assert _on_meta(a.r(X), a.dr(X), a.ddr(X), nets.forward(spec, w, X, act))
+        assert on_meta(a.r(X), a.dr(X), a.ddr(X), nets.forward(spec, w, X, act))
         for loss in nets.LOSSES:
             parts = nets.explicit_gradient(spec, w, X, Y, act, loss)
-            assert _on_meta(parts.p, parts.dr, parts.u, parts.s, parts.A, parts.grad)
-            assert _on_meta(nets.loss(spec, w, X, Y, act, loss), nets.loss_value(loss, X[..., :2], Y),
+            assert on_meta(parts.p, parts.dr, parts.u, parts.s, parts.A, parts.grad)
+            assert on_meta(nets.loss(spec, w, X, Y, act, loss), nets.loss_value(loss, X[..., :2], Y),
                             nets.loss_derivative(loss, X[..., :2], Y))
-            assert _on_meta(nets.autograd_gradient(spec, w, X, Y, act, loss),
+            assert on_meta(nets.autograd_gradient(spec, w, X, Y, act, loss),
                             nets.projected_gd(spec, w, X, Y, act, loss, 0.1, 2, 1.0))
 
 
@@ -75,7 +69,7 @@ def test_verify_references_follow_the_model_to_meta():
     X, Y, xq, w0 = verify.random_prompt(model, B=2, seed=0)
     ws = model.run(X, Y, xq, w0)
     bad = verify.drop_query_gate(model)
-    assert _on_meta(verify.reference_gd(model, X, Y, w0), verify.per_step_errors(model, ws, X, Y),
+    assert on_meta(verify.reference_gd(model, X, Y, w0), verify.per_step_errors(model, ws, X, Y),
                     verify.step_relative_errors(model, ws, X, Y), bad(model.embed(X, Y, xq, w0)))
 
 
@@ -83,21 +77,21 @@ def test_relu_sums_and_quantiser_follow_their_input_to_meta():
     t = torch.empty(7, dtype=F64, device=META)
     for rs in (interpolant(torch.tanh, 3.0, 8), ramp(0.25)):
         rs.to(META)
-        assert _on_meta(rs(t), rs.l1_norms(), rs.a, rs.c)
+        assert on_meta(rs(t), rs.l1_norms(), rs.a, rs.c)
     z = torch.empty(2, 5, 3, dtype=F64, device=META)
     ff = quantization_ff(3, 4, 1.0, 1e-3).to(META)
-    assert _on_meta(embed(z), ff(embed(z)), quant(z, 4, 1.0))
+    assert on_meta(embed(z), ff(embed(z)), quant(z, 4, 1.0))
 
 
 def test_experiment_references_follow_the_test_set_to_meta():
     cfg = ex.ExperimentConfig(d=2, train_points=4, test_points=6, width=8, blocks=1, heads=2, batch=4,
                               steps=1, test_prompts=5, gd_steps=2)
     ts = ex.test_set(cfg, 0.3, seed=0, device=META)
-    assert _on_meta(ts.x, ts.y, ts.fresh_x, ts.fresh_y, ts.within_var)
+    assert on_meta(ts.x, ts.y, ts.fresh_x, ts.fresh_y, ts.within_var)
     torch.manual_seed(0)
     model = ex.ICLTransformer(cfg.d, cfg.width, cfg.blocks, cfg.heads, "relu", cfg.test_points + 1).to(META)
     pred = ex.predict(model, ts)
     W = [w.to(META) for w in ex.sample_tasks(cfg, 5, torch.Generator().manual_seed(1))]
-    assert _on_meta(pred, ex.r2(pred, ts.y), ex.r2_within(pred, ts.y, ts.within_var), ex.target(W, ts.x),
+    assert on_meta(pred, ex.r2(pred, ts.y), ex.r2_within(pred, ts.y, ts.within_var), ex.target(W, ts.x),
                     ex.context_mean(ts), ex.least_squares(ts))
-    assert _on_meta(list(ex.gd_baseline(replace(cfg, target_depth=2), ts, [2, 4]).values()))
+    assert on_meta(list(ex.gd_baseline(replace(cfg, target_depth=2), ts, [2, 4]).values()))

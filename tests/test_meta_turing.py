@@ -13,6 +13,7 @@ import torch
 import tfbook.turing as tg
 from tfbook.layers import perturb
 from tfbook.turing import robustness as rb
+from tests.meta_helpers import on_meta
 
 META = torch.device("meta")
 F64 = torch.float64
@@ -40,44 +41,37 @@ NEEDS_VALUES = {
 }
 
 
-def _on_meta(*outs) -> bool:
-    flat = []
-    for o in outs:
-        flat += list(o) if isinstance(o, (list, tuple)) else [o]
-    return bool(flat) and all(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in flat)
-
-
 @pytest.fixture(scope="module")
 def circuit_and_net():
     c = tg.random_circuit(6, depth=3, width=6, seed=0, min_relevant=3)
     return c, tg.build_circuit_network(c).to(META)
 
 
-def test_the_circuit_network_runs_on_meta(circuit_and_net):
+def test_the_circuit_network_runson_meta(circuit_and_net):
     c, net = circuit_and_net
     X = tg.all_inputs(6).to(META)
     out, hidden = net(X, return_hidden=True)
-    assert _on_meta(out, *hidden, net(X, correct=False), net(X, block_noise=0.2))
+    assert on_meta(out, *hidden, net(X, correct=False), net(X, block_noise=0.2))
     with perturb(add=0.1, names=["*.gate2", "*.round2"], seed=1):
-        assert _on_meta(net(X), net(X, correct=False))
+        assert on_meta(net(X), net(X, correct=False))
     assert tuple(out.shape) == (64,) and all(h.shape[0] == 64 for h in hidden)
-    assert _on_meta(c.evaluate(X), c.evaluate(X).double())
+    assert on_meta(c.evaluate(X), c.evaluate(X).double())
 
 
 def test_the_certificates_bounds_follow_the_network_to_meta(circuit_and_net):
     _, net = circuit_and_net
     X = torch.empty(5, 6, dtype=F64, device=META)
     W = net.layers[0].W_1
-    assert _on_meta(*rb.output_bounds(net, X, 0.01), *rb.output_bounds(net, X, 0.01, correct=False),
+    assert on_meta(*rb.output_bounds(net, X, 0.01), *rb.output_bounds(net, X, 0.01, correct=False),
                     *rb._round_bounds(X, X, 0.1), *rb._affine(X, X, W, net.layers[0].b_1, 0.1, True))
     assert tuple(rb.output_bounds(net, X, 0.01)[0].shape) == (5,)
 
 
-def test_the_tm_transformers_device_parts_run_on_meta():
+def test_the_tm_transformers_device_parts_runon_meta():
     model = tg.build_transformer(tg.parity(), 8, device=META)
     enc, mask = model.encode(["01", "1"], META, 8)
     bits = torch.empty(2, 9, model.P, dtype=F64, device=META)
-    assert _on_meta(enc, mask, model.beta(3, META), model.beta(3), model._cells(bits, 8))
+    assert on_meta(enc, mask, model.beta(3, META), model.beta(3), model._cells(bits, 8))
     assert tuple(model._cells(bits, 8).shape) == (2, 9)
     with pytest.raises((NotImplementedError, RuntimeError)):  # still true: else take it off NEEDS_VALUES
         model.forward_trace(["01"])
