@@ -22,6 +22,7 @@ from tfbook.device import DTYPE
 
 MultiIndex = tuple[int, ...]
 Key = tuple[MultiIndex, ...]
+BRUTEFORCE_TERMS = 2**22  # products held at once by `msp_bruteforce`: (inputs per chunk) x (column tuples)
 
 
 def check_multi_index(alpha: Sequence[int], d: int, name: str = "multi-index") -> MultiIndex:
@@ -117,16 +118,22 @@ def column_monomial(X: torch.Tensor, alpha: MultiIndex) -> torch.Tensor:
 
 
 def msp_bruteforce(T: Key, X: torch.Tensor) -> torch.Tensor:
-    """P_T by summing over all ordered tuples of distinct columns (cost n^r: small n only)."""
+    """P_T by summing over all ordered tuples of distinct columns (cost n^r: small n only), all tuples of a
+    chunk of inputs in one product."""
     X = as_batch(X)
     n, r = X.shape[-1], len(T)
-    total = torch.zeros(X.shape[0], dtype=DTYPE, device=X.device)
     if r > n:
-        return total
-    cols = [column_monomial(X, a) for a in T]  # r x (batch, n)
-    for idx in itertools.permutations(range(n), r):
-        total = total + math.prod(cols[j][:, i] for j, i in enumerate(idx))
-    return total
+        return torch.zeros(X.shape[0], dtype=DTYPE, device=X.device)
+    tuples = torch.tensor(list(itertools.permutations(range(n), r)), device=X.device).view(-1, r)  # (P, r)
+    rows = max(1, BRUTEFORCE_TERMS // tuples.shape[0])  # inputs per chunk
+    totals = []
+    for Xc in torch.split(X, rows):
+        cols = [column_monomial(Xc, a) for a in T]  # r x (chunk, n)
+        terms = cols[0][:, tuples[:, 0]]  # (chunk, P)
+        for j in range(1, r):
+            terms = terms * cols[j][:, tuples[:, j]]
+        totals.append(terms.sum(-1))
+    return torch.cat(totals)
 
 
 def _set_partitions(items: list[int]) -> Iterable[list[list[int]]]:
