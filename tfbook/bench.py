@@ -4,7 +4,10 @@ Chapters register their heaviest constructions with `register` when their module
 the bench imports every module and subpackage of ``tfbook`` (so a new chapter needs no change
 here), then runs each registered construction on the CPU and (when present) on CUDA, and prints build time, forward time and peak memory
 (CUDA: allocator peak; CPU: the process's peak resident set, a coarse upper bound).
-``--sparse-scale`` runs only the scale targets of sparse storage (`tfbook.bench_core.sparse_scale`).
+``--storage`` builds every construction with core layers twice on the CPU, all dense and sparse, and
+compares their forwards, stored scalars and times (`tfbook.bench_core.storage_table`; ``--store`` writes
+``book/full_reports/storage.json``). ``--sparse-scale`` runs only the scale targets of sparse storage
+(`tfbook.bench_core.sparse_scale`).
 """
 from __future__ import annotations
 
@@ -94,9 +97,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sparse-scale", action="store_true",
                         help="only the Besov transformer at N = 200 and 10^4 atoms, sparse and dense storage "
                              "(tfbook.bench_core.sparse_scale; minutes)")
+    parser.add_argument("--storage", action="store_true",
+                        help="dense against sparse storage of every construction, and of the chapters' full sizes "
+                             "(tfbook.bench_core.storage_table; one thread, minutes)")
+    parser.add_argument("--store", action="store_true", help="with --storage: write book/full_reports/storage.json")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.store and not args.storage:
+        parser.error("--store goes with --storage")
+    if args.storage:
+        importlib.import_module("tfbook.bench_core").storage_table(args.only, args.store, args.repeats)
+        return
     if args.sparse_scale:
         importlib.import_module("tfbook.bench_core").sparse_scale()
         return

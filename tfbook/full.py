@@ -19,7 +19,8 @@ peak of live tensors are counted, and the report gives the time they predict on 
 that estimate in the notebook's metadata (``"tfbook": {"h100_estimate": {...}}``), where
 ``--estimate`` and the expected GPU times read it. ``--page`` renders every stored report into ``book/full_results.md`` (``--check``: is it current?),
 with a comparison of devices: every claim that holds on one device must hold on every other device
-that ran its notebook. ``--compare A B`` prints that comparison for two reports.
+that ran its notebook, and the dense-against-sparse storage table of ``book/full_reports/storage.json``.
+``--compare A B`` prints that comparison for two reports.
 
 Before running, the expected time of each notebook is printed from its metadata
 (``"tfbook": {"full_seconds_cpu": ..., "full_seconds_gpu": ...}``); ``--estimate`` prints only
@@ -45,6 +46,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / "_build" / "full"
 REPORTS = ROOT / "book" / "full_reports"
 PAGE = ROOT / "book" / "full_results.md"
+STORAGE = REPORTS / "storage.json"  # dense against sparse storage (`python -m tfbook.bench --storage --store`)
 COUNT = """\
 from tfbook.opcount import OpCounter as _OpCounter
 _tfbook_counter = _OpCounter().__enter__()
@@ -337,8 +339,9 @@ def _md_table(rows: list[tuple[str, ...]]) -> list[str]:
         ["| " + " | ".join(row) + " |" for row in body]
 
 
-def render_page(reports: dict[str, dict]) -> str:
-    """``book/full_results.md`` from the stored reports (name → report)."""
+def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None) -> str:
+    """``book/full_results.md`` from the stored reports (name → report) and the storage rows (None: not
+    measured)."""
     out = ["# Full-profile results", "",
            "Every notebook of this book runs in two profiles. The pages show the *quick* profile: small sizes, "
            "on a CPU, so that the stored outputs can be checked on any machine. The *full* profile runs the same "
@@ -388,6 +391,7 @@ def render_page(reports: dict[str, dict]) -> str:
                         + [f"  - {line}" for line in lines])
         out += [""]
     out += estimates_section(reports)
+    out += storage_section(storage)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -433,6 +437,53 @@ def estimates_section(reports: dict[str, dict]) -> list[str]:
     return out + _md_table(rows) + [""] + [" ".join(tail), ""]
 
 
+def _ratio(a: float, b: float) -> str:
+    """a / b to one decimal ("-" when b is 0)."""
+    return f"{a / b:.1f}" if b else "-"
+
+
+def _storage_cells(r: dict) -> tuple[str, ...]:
+    """One row of the storage table; a construction that raised shows its error."""
+    if "error" in r:
+        return (r["name"], r["size"]) + ("-",) * 8 + ("FAIL: `" + r["error"].replace("|", "\\|") + "`",)
+    return (r["name"], r["size"], str(r["stored_dense"]), str(r["stored_sparse"]),
+            _ratio(r["stored_dense"], r["stored_sparse"]), str(r["nonzero"]), f"{r['forward_s_dense']:.3f}",
+            f"{r['forward_s_sparse']:.3f}", _ratio(r["forward_s_dense"], r["forward_s_sparse"]),
+            f"{r['max_rel_diff']:.1e}", "ok" if r["ok"] else "FAIL")
+
+
+def storage_section(rows: Optional[list[dict]]) -> list[str]:
+    """The page's table of `tfbook.bench_core.storage_table` rows: each construction stored dense and
+    sparse, the ratios of stored scalars and forward times, and the relative gap of the forwards."""
+    out = ["## Dense and sparse storage", "",
+           "Each construction of the bench with weights, and the chapters' full-profile sizes the bench lacks, "
+           "built twice on the CPU: every weight dense, and every weight sparse (CSR) whose arrays take at most "
+           "a quarter of its dense storage. Both forwards run on the same input; the sparse one must agree with "
+           "the dense one to a relative 1e-12 (max \\|sparse - dense\\| / max \\|dense\\|). Stored scalars count "
+           "values and index entries; a forward's time is the median of several after a warm-up, on one thread. "
+           "The quick profile keeps its storage rule (`tfbook.layers.sparse`).", ""]
+    if not rows:
+        return out + ["Not measured: `python -m tfbook.bench --storage --store` writes "
+                      "`book/full_reports/storage.json`.", ""]
+    table = [("construction", "size", "stored dense", "stored sparse", "dense / sparse", "non-zeros", "dense s",
+              "sparse s", "time dense / sparse", "max rel. diff", "")]
+    table += [_storage_cells(r) for r in rows]
+    stamps = sorted({(r.get("cpu", ""), r.get("torch", ""), r.get("commit", ""), r.get("date", "")[:10])
+                     for r in rows})
+    where = "; ".join(f"{cpu}, torch {torch}, commit {commit or '-'}, {date}" for cpu, torch, commit, date in stamps)
+    failed = sum(not r["ok"] for r in rows)
+    verdict = "every one agrees to 1e-12" if not failed else f"{failed} FAIL (a gap over 1e-12, or an error)"
+    repeats = sorted({str(r["repeats"]) for r in rows if "repeats" in r})
+    median = f" Times: the median of {' or '.join(repeats)} forwards." if repeats else ""
+    return out + _md_table(table) + ["", f"{len(rows)} constructions; {verdict}.{median} Measured on {where}.", ""]
+
+
+def stored_storage(reports: pathlib.Path = REPORTS) -> Optional[list[dict]]:
+    """The stored storage rows (`STORAGE` under ``reports``), or None if not measured."""
+    path = reports / STORAGE.name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def _both_ran(a: dict, b: dict, same_commit: bool = True) -> list[str]:
     """The notebooks run on both devices (at the same commit, unless ``same_commit`` is False)."""
     ran = {n["notebook"]: n.get("commit") for n in b["notebooks"] if n["status"] != "not run"}
@@ -441,8 +492,8 @@ def _both_ran(a: dict, b: dict, same_commit: bool = True) -> list[str]:
 
 
 def stored_reports(reports: pathlib.Path = REPORTS) -> dict[str, dict]:
-    """Every stored report, by file stem."""
-    return {p.stem: json.loads(p.read_text()) for p in sorted(reports.glob("*.json"))}
+    """Every stored report of a device, by file stem (the storage table is not one)."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(reports.glob("*.json")) if p.name != STORAGE.name}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -463,7 +514,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.check and not args.page:
         parser.error("--check goes with --page")
     if args.page:
-        text = render_page(stored_reports(args.reports))
+        text = render_page(stored_reports(args.reports), stored_storage(args.reports))
         if args.check:
             return 0 if PAGE.exists() and PAGE.read_text() == text else 1
         PAGE.write_text(text)

@@ -16,7 +16,8 @@ __all__ = ["ACTIVATIONS", "LOSSES", "ICGDTransformer", "NetSpec", "ReluSum", "bu
 def _bench_build(device, N: int = 4, K: int = 8, M: int = 128, n: int = 20, L: int = 5, dx: int = 8):
     from tfbook.icgd.verify import random_prompt
 
-    model = build_transformer(dx, 1, K, N, n, L, 0.1, activation="softplus", box=1.0, M=M, R=8.0, device=device)
+    # R = 16: the tables' range; this prompt's largest pre-activation is 9.39 (R = 8 raised, as it must)
+    model = build_transformer(dx, 1, K, N, n, L, 0.1, activation="softplus", box=1.0, M=M, R=16.0, device=device)
     X, Y, xq, w0 = random_prompt(model, 4, seed=0)  # on the model's device
     return model, model.embed(X, Y, xq, w0)
 
