@@ -500,3 +500,27 @@ class Claims:
 
     def __repr__(self) -> str:
         return f"Claims({self.title!r}, {len(self.items)} claims, {'all hold' if self.all_hold() else 'some fail'})"
+
+
+class InSetting:
+    """``claims`` seen through one setting: `check` appends " (setting)" to every statement. For a library
+    check run once per setting (a size, a seed) whose statements would otherwise repeat word for word.
+
+    >>> c = Claims("demo", scratch=True)
+    >>> InSetting(c, "n = 4").check("Thm 1", "error <= bound", 0.5, 1.0)
+    >>> c.items[0].statement
+    'error <= bound (n = 4)'
+    """
+
+    def __init__(self, claims: Claims, setting: str):
+        if not isinstance(claims, Claims):
+            raise ValueError(f"claims must be a Claims object, got {type(claims).__name__}")
+        if not isinstance(setting, str) or not setting:
+            raise ValueError(f"setting must be a non-empty str, got {setting!r}")
+        self.claims, self.setting = claims, setting
+
+    def check(self, ref: str, statement: str, *args: Any, **kwargs: Any) -> None:
+        """`Claims.check` with the setting named at the end of ``statement``."""
+        if not isinstance(statement, str) or not statement:
+            raise ValueError("ref and statement must be non-empty strings")
+        return self.claims.check(ref, f"{statement} ({self.setting})", *args, **kwargs)
