@@ -221,6 +221,11 @@ class TMTransformer(Construction):
     def encode(self, xs: Sequence[str], device, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder outputs e_j = E[:, x_j] + beta(j) (B, M, w) for the first T+1 cells (all the head can reach)
         and a (B, M) validity mask."""
+        onehot, pos, mask = self.encoder_inputs(xs, device, T)
+        return (onehot @ self.E.T + pos) * mask[..., None], mask
+
+    def encoder_inputs(self, xs: Sequence[str], device, T: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What `encode` combines with E: symbol one-hots (B, M, |A|), beta(1..M) (M, w) and the mask (B, M)."""
         index = {a: i for i, a in enumerate(self.alphabet)}
         for x in xs:
             if not isinstance(x, str):
@@ -229,14 +234,20 @@ class TMTransformer(Construction):
             if bad:
                 raise ValueError(f"input symbols {bad} are outside the alphabet {self.alphabet}")
         M = max([min(len(x), T + 1) for x in xs] + [1])
-        onehot = torch.zeros(len(xs), M, len(self.alphabet), dtype=DTYPE, device=device)
-        mask = torch.zeros(len(xs), M, dtype=torch.bool, device=device)
-        for b, x in enumerate(xs):
-            for j, sym in enumerate(x[:M]):
-                onehot[b, j, index[sym]] = 1.0
-                mask[b, j] = True
+        codes = [[index[sym] for sym in x[:M]] for x in xs]
+        mask = torch.tensor([[j < len(c) for j in range(M)] for c in codes], dtype=torch.bool).reshape(len(xs), M)
+        symbols = torch.tensor([c + [0] * (M - len(c)) for c in codes], dtype=torch.long).reshape(len(xs), M)
+        onehot = (nn.functional.one_hot(symbols, len(self.alphabet)).to(DTYPE) * mask[..., None]).to(device)
+        mask = mask.to(device)
         pos = torch.stack([self.beta(j, device) for j in range(1, M + 1)])  # (M, w)
-        return (onehot @ self.E.T + pos) * mask[..., None], mask
+        return onehot, pos, mask
+
+    def horizon(self, horizon: Optional[int] = None) -> int:
+        """The number of steps T to run: the model's own T, or ``horizon`` (checked against `max_horizon`)."""
+        T = self.T if horizon is None else horizon
+        if isinstance(T, bool) or not isinstance(T, int) or not 1 <= T <= self.max_horizon:
+            raise ValueError(f"horizon must be an int in [1, {self.max_horizon}], got {horizon!r}")
+        return T
 
     @property
     def max_horizon(self) -> int:
@@ -270,9 +281,7 @@ class TMTransformer(Construction):
         """
         validate.choice("attention", attention, ATTENTIONS)
         beta = validate.real("beta", beta, low=0, low_open=True)
-        T = self.T if horizon is None else horizon
-        if isinstance(T, bool) or not isinstance(T, int) or not 1 <= T <= self.max_horizon:
-            raise ValueError(f"horizon must be an int in [1, {self.max_horizon}], got {horizon!r}")
+        T = self.horizon(horizon)
         device = device or self.E.device
         enc, enc_mask = self.encode(xs, device, T)
         attn = self._attention_layers(attention, beta)
@@ -330,22 +339,24 @@ class TMTransformer(Construction):
     def tape_after(self, x: str, trace: Trace, b: int, t: int) -> dict[int, str]:
         """The tape of input ``x`` (batch row ``b``) after t steps, from the transformer's write log."""
         cells, syms = self.write_log(trace)
+        return self._tape(x, cells[b].tolist(), syms[b].tolist(), t)
+
+    def _tape(self, x: str, cells: Sequence[int], syms: Sequence[int], t: int) -> dict[int, str]:
+        """The tape of input ``x`` after t steps from one row of the write log."""
         tape = {i + 1: s for i, s in enumerate(x)}
         for s in range(1, t + 1):  # position 0 is the pre-step's blank write into cell 0
-            tape[int(cells[b, s])] = self.alphabet[int(syms[b, s])]
+            tape[cells[s]] = self.alphabet[syms[s]]
         return tape
 
     def decode(self, xs: Sequence[str], trace: Trace) -> list[RunResult]:
         """Read states, heads, the accept bit and the final tape from the hidden states (never from a machine)."""
         T = trace.outputs.shape[1] - 1
-        st = self.read(trace.outputs, "st").argmax(-1)  # (B, T+1)
-        heads = self._cells(self.read(trace.outputs, "pos2"), T)  # (B, T+1)
-        results = []
-        for b, x in enumerate(xs):
-            states = [self.state_names[int(i)] for i in st[b]]
-            results.append(RunResult(bool(trace.F[b] > 0), states, [int(c) for c in heads[b]],
-                                     self.tape_after(x, trace, b, T), self.blank))
-        return results
+        st = self.read(trace.outputs, "st").argmax(-1).tolist()  # (B, T+1)
+        heads = self._cells(self.read(trace.outputs, "pos2"), T).tolist()  # (B, T+1)
+        cells, syms = (log.tolist() for log in self.write_log(trace))  # computed once for every input
+        accepted = (trace.F > 0).tolist()
+        return [RunResult(accepted[b], [self.state_names[i] for i in st[b]], heads[b],
+                          self._tape(x, cells[b], syms[b], T), self.blank) for b, x in enumerate(xs)]
 
     def run_batch(self, xs: Sequence[str], **kwargs) -> list[RunResult]:
         xs = list(xs)
