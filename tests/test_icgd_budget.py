@@ -6,7 +6,6 @@ import pathlib
 from dataclasses import replace
 
 import nbformat
-import torch
 
 from tfbook.icgd import experiments as ex
 from tfbook.opcount import OpCounter
