@@ -21,7 +21,7 @@ F64 = torch.float64
 # Functions that must read values, so cannot run on meta (the notebooks run them on their device), with
 # the reason.
 NEEDS_VALUES = {
-    "TMTransformer.forward_trace / run / run_batch / decode / tape_after / write_log":
+    "TMTransformer and TMFleet .forward_trace / run / run_batch / decode / tape_after / write_log":
         "autoregressive: each step's written symbol is decoded from the output; the Trace comes back "
         "on the CPU (copying a meta tensor there has no data)",
     "robustness.tm_output_bounds / tm_certified_radius / readout_attack / correction_row_attack / "
@@ -38,6 +38,8 @@ NEEDS_VALUES = {
     "margin.toy_output / toy_margin_*": "NumPy and SciPy (SLSQP), no tensors",
     "learning.train_mlp / learning_curves / circuit_learning_curves": "return 0-1 errors as floats",
     "circuits.random_circuit / relevant_inputs": "builders: search for a circuit that reads enough inputs",
+    "fleet.build_fleet, layers.direct_sum": "builders: write their summands' non-zero entries (built on the CPU, "
+                                            "then moved to the device)",
 }
 
 
@@ -75,3 +77,12 @@ def test_the_tm_transformers_device_parts_runon_meta():
     assert tuple(model._cells(bits, 8).shape) == (2, 9)
     with pytest.raises((NotImplementedError, RuntimeError)):  # still true: else take it off NEEDS_VALUES
         model.forward_trace(["01"])
+
+
+def test_a_fleets_device_parts_runon_meta():
+    fleet = tg.build_fleet([tg.parity(), tg.counter()], 8, device=META)
+    enc, mask = fleet.encode(["01", "1"], META, 8)
+    assert on_meta(enc, mask, fleet.beta(3), *(p for p in fleet.parameters()))
+    assert tuple(enc.shape) == (2, 2, fleet.w) and tuple(fleet.beta(3).shape) == (fleet.w,)
+    with pytest.raises((NotImplementedError, RuntimeError)):  # still true: else take it off NEEDS_VALUES
+        fleet.forward_trace(["01"])

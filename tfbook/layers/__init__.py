@@ -14,6 +14,8 @@ trained: every weight is handed in by a construction, and every layer does all o
 * `ElementwiseMultiplication` (kind ``"ewml"``): ``h_i + sum_m <Q_m h_i, K_m h_i> V_m h_i``, one token at a time.
 * `FeedForward` (kind ``"mlp"``): ``H + relu(H W_1.T + b_1) W_2.T + b_2`` (``residual=False`` drops ``H``).
 * `Block` (attention then feed-forward) and `Transformer` (a stack of blocks).
+* `direct_sum`: one layer running G attention (or G feed-forward) layers side by side on the direct
+  sum of their residual streams, each reading and writing its own block.
 * `perturb`: a context manager that scales or adds noise to the update of selected layers (by name,
   kind or head); mutation tests and robustness experiments use it.
 * Two process-wide sabotages, read from the environment at import, for mutation tests of the whole
@@ -22,7 +24,7 @@ trained: every weight is handed in by a construction, and every layer does all o
   tensor a core layer stores. `sabotage_hits` counts what each has changed. Only the tests read them.
 
 The package: `common` (kinds, normalisers), `hooks` (`perturb` and the sabotages), `sparse` (sparse
-storage and `weight_from_entries`), `attention`, `feedforward` and `blocks`. Settings that tests change
+storage and `weight_from_entries`), `attention`, `feedforward`, `blocks` and `direct_sum`. Settings that tests change
 live in their module: ``hooks._ACTIVE``, ``hooks._WEIGHTS``, ``sparse.SPARSE_MIN_NUMEL``,
 ``attention.CHUNK_ELEMENTS``.
 
@@ -37,11 +39,12 @@ from tfbook.layers import hooks, sparse
 from tfbook.layers.attention import Attention, ElementwiseMultiplication, HeadView, HeadWeights
 from tfbook.layers.blocks import Block, Transformer
 from tfbook.layers.common import BOUNDARIES, KINDS, NORMALIZATIONS
+from tfbook.layers.direct_sum import direct_sum
 from tfbook.layers.feedforward import FeedForward
 from tfbook.layers.hooks import PERTURB_ENV, WEIGHTS_ENV, Perturbation, WeightNoise, perturb, sabotage_hits
 from tfbook.layers.sparse import compact, shared_index_entries, stored_entries, weight_from_entries
 
 __all__ = ["Attention", "BOUNDARIES", "Block", "ElementwiseMultiplication", "FeedForward", "HeadView",
            "HeadWeights", "KINDS", "NORMALIZATIONS", "PERTURB_ENV", "Perturbation", "Transformer", "WEIGHTS_ENV",
-           "WeightNoise", "compact", "hooks", "perturb", "sabotage_hits", "shared_index_entries", "sparse",
+           "WeightNoise", "compact", "direct_sum", "hooks", "perturb", "sabotage_hits", "shared_index_entries", "sparse",
            "stored_entries", "weight_from_entries"]

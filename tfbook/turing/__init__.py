@@ -6,12 +6,15 @@ Public API (the issue's contract):
 * `build_transformer(tm, T)` -> `TMTransformer` with ``run(x)``, ``run_batch(xs)``, ``width``, ``num_layers``,
   ``num_parameters()``, ``l1_norm()``
 * `Circuit(num_inputs, layers)`, `build_circuit_network(circuit)`
+* `build_fleet(tms, T)` -> `TMFleet`: the transformers of G machines over one alphabet as one direct sum,
+  run in lockstep; ``run_batch(xs)`` gives every machine's runs
 
 Both models are `tfbook.model.Construction`s whose arithmetic runs in core layers of `tfbook.layers`
 (hard attention with a null key, feed-forward layers for the work and for the corrections), so
 `tfbook.layers.perturb` reaches them; sizes come from ``counted_sizes()`` and ``paper_sizes()``.
 
-Submodules: `machine` (simulator, catalog), `transformer` (Appendix C construction), `circuits`
+Submodules: `machine` (simulator, catalog), `transformer` (Appendix C construction), `fleet` (many
+machines in lockstep), `circuits`
 (Lemma B.1, Prop 3.4), `margin` (all-layer margins), `robustness` (margin upper and lower bounds),
 `formulas` (the paper's size formulas, for size claims), `sizes` (per-lemma bounds, l1 by layer), `learning` (Section 3's illustration).
 """
@@ -22,6 +25,7 @@ import torch
 from tfbook import bench
 from tfbook.turing.circuits import (Circuit, CircuitNetwork, all_inputs, build_circuit_network, gate_counts,
                                     l1_formula, random_circuit)
+from tfbook.turing.fleet import TMFleet, build_fleet
 from tfbook.turing.machine import (CATALOG, CATALOG_SYMBOLS, RunResult, TuringMachine, all_strings, balanced, copy,
                                    counter, increment, palindrome, parity, random_tm)
 from tfbook.turing.margin import (flip_radius, random_direction, toy_margin_closed_form, toy_margin_numeric,
@@ -39,8 +43,9 @@ bench.register("turing: palindrome transformer, T=64, batch 32", _bench_build,
                lambda state: state[0].forward_trace(state[1]), units="steps x inputs", count=64 * 32)
 
 __all__ = [
-    "CATALOG", "CATALOG_SYMBOLS", "Circuit", "CircuitNetwork", "RunResult", "TMTransformer", "TuringMachine",
-    "all_inputs", "all_strings", "balanced", "binary", "build_circuit_network", "build_transformer", "copy", "counter",
+    "CATALOG", "CATALOG_SYMBOLS", "Circuit", "CircuitNetwork", "RunResult", "TMFleet", "TMTransformer",
+    "TuringMachine", "all_inputs", "all_strings", "balanced", "binary", "build_circuit_network", "build_fleet",
+    "build_transformer", "copy", "counter",
     "flip_radius", "gate_counts", "increment", "l1_formula", "palindrome", "parity", "position_bits", "random_circuit",
     "random_direction", "random_tm", "score_gaps", "tm_layout", "toy_margin_closed_form", "toy_margin_numeric", "toy_output",
 ]

@@ -158,65 +158,70 @@ def score_gaps(trace: Trace) -> torch.Tensor:
     return torch.cat(gaps) if gaps else torch.zeros(0, dtype=DTYPE)
 
 
-class TMTransformer(Construction):
-    """Built by `build_transformer`; ``run(x)`` / ``run_batch(xs)`` return `RunResult` objects.
+class TMReader:
+    """The fixed conventions of App. C for one machine, without weights: where the positional encoding
+    beta(t) goes and how states, head cells, the write log and the accept bit are read back."""
 
-    Besides the core layers it stores the paper's encoder embedding ``E`` (w, |A|), the initial decoder
-    input ``h0`` (w,) and the classifier ``theta_cls`` (w,).
+    def __init__(self, layout: Layout, P: int, states: Sequence[str], alphabet: Sequence[str]):
+        self.layout, self.P = layout, P
+        self.state_names, self.alphabet, self.blank = list(states), list(alphabet), alphabet[0]
+
+    def beta(self, t: int, device) -> torch.Tensor:
+        """beta(t): Bin(t) in pos1, zero elsewhere; (w,)."""
+        return self.layout.vector({("pos1", k): b for k, b in enumerate(binary(t, self.P))}).to(device)
+
+    def cells(self, bits: torch.Tensor, T: int) -> torch.Tensor:
+        """Signed cell indices from Bin(l mod 2^P) (..., P): codes above T+1 are negative cells."""
+        weights = torch.tensor([2 ** (self.P - 1 - k) for k in range(self.P)], dtype=DTYPE, device=bits.device)
+        cells = (bits.round() @ weights).long()
+        return torch.where(cells > T + 1, cells - 2**self.P, cells)
+
+    def write_log(self, trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cells, symbol indices), each (B, T+1): position t >= 1 wrote symbol u_t into cell l_{t-1}."""
+        T = trace.outputs.shape[1] - 1
+        return (self.cells(self.layout.read(trace.writes, "pos2"), T),
+                self.layout.read(trace.writes, "sym2").argmax(-1))
+
+    def tape(self, x: str, cells: Sequence[int], syms: Sequence[int], t: int) -> dict[int, str]:
+        """The tape of input ``x`` after t steps from one row of the write log."""
+        tape = {i + 1: s for i, s in enumerate(x)}
+        for s in range(1, t + 1):  # position 0 is the pre-step's blank write into cell 0
+            tape[cells[s]] = self.alphabet[syms[s]]
+        return tape
+
+    def decode(self, xs: Sequence[str], trace: Trace) -> list[RunResult]:
+        """Read states, heads, the accept bit (F > 0) and the final tape of every input."""
+        T = trace.outputs.shape[1] - 1
+        st = self.layout.read(trace.outputs, "st").argmax(-1).tolist()  # (B, T+1)
+        heads = self.cells(self.layout.read(trace.outputs, "pos2"), T).tolist()  # (B, T+1)
+        cells, syms = (log.tolist() for log in self.write_log(trace))  # computed once for every input
+        accepted = (trace.F > 0).tolist()
+        return [RunResult(accepted[b], [self.state_names[i] for i in st[b]], heads[b],
+                          self.tape(x, cells[b], syms[b], T), self.blank) for b, x in enumerate(xs)]
+
+
+class TMDecoder(Construction):
+    """What every Turing-machine transformer shares: the encoder inputs, the decoder run for t = 0..T
+    (`forward_trace`) and ``run(x)`` / ``run_batch(xs)``; subclasses say how states are read (`decode`).
+
+    It stores the paper's encoder embedding ``E`` (w, |A|), the initial decoder input ``h0`` (w,) and
+    the classifier ``theta_cls`` (w,) or (w, machines); ``readers`` hold each machine's `TMReader`.
     """
 
-    def __init__(self, states: Sequence[str], alphabet: Sequence[str], accept: Sequence[str], T: int, P: int,
-                 layers: Sequence[tuple[str, nn.Module]], E: torch.Tensor, h0: torch.Tensor, theta_cls: torch.Tensor):
-        super().__init__(tm_layout(len(states), len(alphabet), P), layers)
-        self.state_names, self.alphabet = list(states), list(alphabet)
-        self.accept_names = set(accept)
-        self.blank, self.T, self.P = alphabet[0], T, P
+    def __init__(self, layout: Layout, layers: Sequence[tuple[str, nn.Module]], readers: Sequence[TMReader],
+                 T: int, P: int, E: torch.Tensor, h0: torch.Tensor, theta_cls: torch.Tensor):
+        super().__init__(layout, layers)
+        self.readers = list(readers)
+        self.alphabet, self.blank, self.T, self.P = self.readers[0].alphabet, self.readers[0].blank, T, P
         self.w = self.layout.dim
-        self.transformer_layers = layer_names(P)
         frozen = lambda t: nn.Parameter(t.to(DTYPE), requires_grad=False)  # noqa: E731
         self.E, self.h0, self.theta_cls = frozen(E), frozen(h0), frozen(theta_cls)
 
-    # --- sizes: each accessor is one Sizes field or one paper formula ----------------------------------
-    @property
-    def width(self) -> int:
-        """The hidden width w: ``counted_sizes().embed_dim``."""
-        return self.counted_sizes().embed_dim
-
-    @property
-    def num_layers(self) -> int:
-        """The paper's number of transformer layers d, counted as the number of correction layers (one per layer)."""
-        return sum(name.endswith(".round") for name in self.layer_names)
-
-    def num_parameters(self) -> int:
-        """Stored scalars: ``counted_sizes().stored`` (core layers, E, h0 and theta_cls)."""
-        return self.counted_sizes().stored
-
-    def theta(self, correction: bool = True) -> list[tuple[str, torch.Tensor]]:
-        """The paper's parameters theta, by name: every stored tensor except the fixed wiring
-        (the identity W_2 of each work layer and the 0/1 output maps W_O of the attention heads);
-        ``correction=False`` also leaves out the correction layers."""
-        out = []
-        for name, p in self.named_parameters():
-            layer = name.split(".")[1] if name.startswith("layers.") else None
-            if name.endswith(".W_O") or (name.endswith(".W_2") and self.layer_names[int(layer)].endswith(".ff")):
-                continue
-            if not correction and layer is not None and self.layer_names[int(layer)].endswith(".round"):
-                continue
-            out.append((name, p))
-        return out
-
-    def l1_norm(self, correction: bool = True) -> float:
-        """||theta||_1, the alpha of Lemma 2.4 (``correction=False`` leaves out the correction layers)."""
-        return float(sum(p.abs().sum() for _, p in self.theta(correction)))
-
-    def paper_sizes(self) -> Sizes:
-        """The paper's w_TM = |Z| + 2|A| + 3 w_pos + w_scr with w_scr = 2|A| + w_pos + 3 (App. C)."""
-        return Sizes(embed_dim=w_tm(len(self.state_names), len(self.alphabet), self.P))
-
     # --- running -----------------------------------------------------------------------------------
     def beta(self, t: int, device=None) -> torch.Tensor:
-        """The positional encoding beta(t): Bin(t) in pos1, zero elsewhere; (w,)."""
-        return self.layout.vector({("pos1", k): b for k, b in enumerate(binary(t, self.P))}).to(device or self.E.device)
+        """The positional encoding beta(t): Bin(t) in each machine's pos1, zero elsewhere; (w,)."""
+        device = device or self.E.device
+        return torch.cat([reader.beta(t, device) for reader in self.readers])
 
     def encode(self, xs: Sequence[str], device, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder outputs e_j = E[:, x_j] + beta(j) (B, M, w) for the first T+1 cells (all the head can reach)
@@ -325,39 +330,6 @@ class TMTransformer(Construction):
         return Trace(outs.cpu(), torch.stack(writes, 1).cpu(), scores, (outs[:, -1] @ self.theta_cls).cpu(), states,
                      [name for name, _ in steps] if record else None)
 
-    def _cells(self, bits: torch.Tensor, T: int) -> torch.Tensor:
-        """Signed cell indices from Bin(l mod 2^P) (..., P): codes above T+1 are negative cells."""
-        weights = torch.tensor([2 ** (self.P - 1 - k) for k in range(self.P)], dtype=DTYPE, device=bits.device)
-        cells = (bits.round() @ weights).long()
-        return torch.where(cells > T + 1, cells - 2**self.P, cells)
-
-    def write_log(self, trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cells, symbol indices), each (B, T+1): position t >= 1 wrote symbol u_t into cell l_{t-1}."""
-        T = trace.outputs.shape[1] - 1
-        return self._cells(self.read(trace.writes, "pos2"), T), self.read(trace.writes, "sym2").argmax(-1)
-
-    def tape_after(self, x: str, trace: Trace, b: int, t: int) -> dict[int, str]:
-        """The tape of input ``x`` (batch row ``b``) after t steps, from the transformer's write log."""
-        cells, syms = self.write_log(trace)
-        return self._tape(x, cells[b].tolist(), syms[b].tolist(), t)
-
-    def _tape(self, x: str, cells: Sequence[int], syms: Sequence[int], t: int) -> dict[int, str]:
-        """The tape of input ``x`` after t steps from one row of the write log."""
-        tape = {i + 1: s for i, s in enumerate(x)}
-        for s in range(1, t + 1):  # position 0 is the pre-step's blank write into cell 0
-            tape[cells[s]] = self.alphabet[syms[s]]
-        return tape
-
-    def decode(self, xs: Sequence[str], trace: Trace) -> list[RunResult]:
-        """Read states, heads, the accept bit and the final tape from the hidden states (never from a machine)."""
-        T = trace.outputs.shape[1] - 1
-        st = self.read(trace.outputs, "st").argmax(-1).tolist()  # (B, T+1)
-        heads = self._cells(self.read(trace.outputs, "pos2"), T).tolist()  # (B, T+1)
-        cells, syms = (log.tolist() for log in self.write_log(trace))  # computed once for every input
-        accepted = (trace.F > 0).tolist()
-        return [RunResult(accepted[b], [self.state_names[i] for i in st[b]], heads[b],
-                          self._tape(x, cells[b], syms[b], T), self.blank) for b, x in enumerate(xs)]
-
     def run_batch(self, xs: Sequence[str], **kwargs) -> list[RunResult]:
         xs = list(xs)
         if not xs:
@@ -366,6 +338,73 @@ class TMTransformer(Construction):
 
     def run(self, x: str, **kwargs) -> RunResult:
         return self.run_batch([x], **kwargs)[0]
+
+
+class TMTransformer(TMDecoder):
+    """Built by `build_transformer`; ``run(x)`` / ``run_batch(xs)`` return `RunResult` objects."""
+
+    def __init__(self, states: Sequence[str], alphabet: Sequence[str], accept: Sequence[str], T: int, P: int,
+                 layers: Sequence[tuple[str, nn.Module]], E: torch.Tensor, h0: torch.Tensor, theta_cls: torch.Tensor):
+        layout = tm_layout(len(states), len(alphabet), P)
+        reader = TMReader(layout, P, tuple(states), tuple(alphabet))
+        super().__init__(layout, layers, [reader], T, P, E, h0, theta_cls)
+        self.state_names, self.accept_names = list(states), set(accept)
+        self.reader = reader
+        self.transformer_layers = layer_names(P)
+
+    # --- sizes: each accessor is one Sizes field or one paper formula ----------------------------------
+    @property
+    def width(self) -> int:
+        """The hidden width w: ``counted_sizes().embed_dim``."""
+        return self.counted_sizes().embed_dim
+
+    @property
+    def num_layers(self) -> int:
+        """The paper's number of transformer layers d, counted as the number of correction layers (one per layer)."""
+        return sum(name.endswith(".round") for name in self.layer_names)
+
+    def num_parameters(self) -> int:
+        """Stored scalars: ``counted_sizes().stored`` (core layers, E, h0 and theta_cls)."""
+        return self.counted_sizes().stored
+
+    def theta(self, correction: bool = True) -> list[tuple[str, torch.Tensor]]:
+        """The paper's parameters theta, by name: every stored tensor except the fixed wiring
+        (the identity W_2 of each work layer and the 0/1 output maps W_O of the attention heads);
+        ``correction=False`` also leaves out the correction layers."""
+        out = []
+        for name, p in self.named_parameters():
+            layer = name.split(".")[1] if name.startswith("layers.") else None
+            if name.endswith(".W_O") or (name.endswith(".W_2") and self.layer_names[int(layer)].endswith(".ff")):
+                continue
+            if not correction and layer is not None and self.layer_names[int(layer)].endswith(".round"):
+                continue
+            out.append((name, p))
+        return out
+
+    def l1_norm(self, correction: bool = True) -> float:
+        """||theta||_1, the alpha of Lemma 2.4 (``correction=False`` leaves out the correction layers)."""
+        return float(sum(p.abs().sum() for _, p in self.theta(correction)))
+
+    def paper_sizes(self) -> Sizes:
+        """The paper's w_TM = |Z| + 2|A| + 3 w_pos + w_scr with w_scr = 2|A| + w_pos + 3 (App. C)."""
+        return Sizes(embed_dim=w_tm(len(self.state_names), len(self.alphabet), self.P))
+
+    def _cells(self, bits: torch.Tensor, T: int) -> torch.Tensor:
+        """Signed cell indices from Bin(l mod 2^P) (..., P): codes above T+1 are negative cells."""
+        return self.reader.cells(bits, T)
+
+    def write_log(self, trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cells, symbol indices), each (B, T+1): position t >= 1 wrote symbol u_t into cell l_{t-1}."""
+        return self.reader.write_log(trace)
+
+    def tape_after(self, x: str, trace: Trace, b: int, t: int) -> dict[int, str]:
+        """The tape of input ``x`` (batch row ``b``) after t steps, from the transformer's write log."""
+        cells, syms = self.write_log(trace)
+        return self.reader.tape(x, cells[b].tolist(), syms[b].tolist(), t)
+
+    def decode(self, xs: Sequence[str], trace: Trace) -> list[RunResult]:
+        """Read states, heads, the accept bit and the final tape from the hidden states (never from a machine)."""
+        return self.reader.decode(xs, trace)
 
 
 def build_transformer(tm: TuringMachine, T: int, device=None) -> TMTransformer:
