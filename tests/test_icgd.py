@@ -11,6 +11,7 @@ from tfbook.icgd import bounds as Bd
 from tfbook.icgd import construct as C
 from tfbook.icgd import verify as V
 from tfbook.icgd.nets import ACT, ACTIVATIONS, LOSSES, NetSpec, autograd_gradient, explicit_gradient
+from tfbook.icgd.paper_forms import paper_layer, relu_attention
 from tfbook.icgd.relu_sums import tailed_interpolant
 from tfbook.layers import perturb
 
@@ -104,6 +105,12 @@ def test_every_layer_matches_naive_dense_reference(act):
     G = torch.randn(1, 5, m.embed_dim, generator=torch.Generator().manual_seed(0), dtype=DTYPE)  # arbitrary states
     for layer in m.layers[:m.block_size]:
         assert float((_naive(layer, G) - layer(G)).abs().max()) <= 1e-9 * (1 + float(G.abs().max()) ** 3)
+        # the library's reference (what icgd/03 prints) is this test's formula
+        assert torch.allclose(paper_layer(layer, G), _naive(layer, G), rtol=1e-12, atol=1e-12)
+    Q, K, Vm = next(layer for layer in m.layers if layer.kind == "attn").dense()
+    # the printed matrix form (swap) with Q and K exchanged is the vector form
+    assert torch.allclose(relu_attention(G, K, Q, Vm, swap=True), relu_attention(G, Q, K, Vm), rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(relu_attention(G, Q, K, Vm, swap=True), relu_attention(G, Q, K, Vm))
 
 
 def test_every_slot_of_one_block_relu_exact():

@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 
 from tfbook.icgd import experiments as ex
-from tfbook.icgd import nets, verify
+from tfbook.icgd import nets, paper_forms, verify
 from tfbook.icgd.construct import build_transformer
 from tfbook.icgd.relu_sums import interpolant, ramp
 from tfbook.icgd.softmax_univ import embed, quant, quantization_ff
@@ -45,6 +45,7 @@ def test_a_small_construction_runson_meta():
     H = model.embed(X, Y, xq, w0)
     assert on_meta(H, model(H), model.run(X, Y, xq, w0), model.preactivations(H, 1), model.residuals(H))
     assert on_meta(model.read_w(model(H)), model.r_hat(H[..., 0]))
+    assert on_meta(*(paper_forms.paper_layer(layer, H) for layer in model.layers[:model.block_size]))
 
 
 def test_net_references_follow_their_input_to_meta():

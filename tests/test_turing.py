@@ -424,3 +424,19 @@ def test_counted_sizes_against_a_hand_count():
         hand += n * n + (2 * n * n + 2 * n + 4 * n * n) + (2 * n * n + n * n) if i < len(widths) - 1 else 1 + 1
         prev = n
     assert net.counted_sizes().stored == hand
+
+
+def test_step_figure_draws_the_transformers_tape_and_scores():
+    import matplotlib
+    matplotlib.use("Agg")
+    from tfbook.turing import plots as tplots
+    tm = tg.palindrome()
+    model = tg.build_transformer(tm, 30)
+    fig = tplots.step_figure(model, "0110", 9, "CD")
+    tape_ax = fig.axes[0]
+    ref = tm.run("0110", 9)
+    written = {c: s for c, s in tm.tape_history("0110", 9)[-1].items() if s != tm.blank}
+    assert sorted(t.get_text() for t in tape_ax.texts) == sorted(written.values())
+    assert f"head at {ref.heads[9]}" in tape_ax.get_title() and len(fig.axes) == 3
+    with pytest.raises(ValueError, match="layer must be one of"):
+        tplots.step_figure(model, "0110", 9, "A1")

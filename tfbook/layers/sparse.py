@@ -22,8 +22,9 @@ warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta 
 SPARSE_MIN_NUMEL = 2**21
 SPARSE_MAX_FRACTION = 0.25  # ... and when its CSR arrays take at most this fraction of the dense storage
 # ... or, whatever its size, in a model whose core weights hold at least this many scalars dense (see
-# `compact`; quick-profile models hold at most 7.0 M, each shared storage counted once, colsym/03's full
-# model 33.2 M for 61 k non-zeros, the Besov transformer at N = 200 atoms 97.6 M)
+# `compact`; quick-profile models hold at most 13.8 M, each shared storage counted once: turing/03's fleets
+# of five machines, pinned by tests/test_turing_fleet.py; colsym/03's full model holds 33.2 M for 61 k
+# non-zeros, the Besov transformer at N = 200 atoms 97.6 M)
 MODEL_SPARSE_MIN = 2**24
 _PARTS = ("values", "crow", "col")  # a sparse weight `name` is stored as name_values (a parameter), name_crow, name_col
 

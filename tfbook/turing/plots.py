@@ -33,21 +33,27 @@ def spacetime(ax, tm: TuringMachine, x: str, T: int, title: str = "", legend: bo
 
 
 def step_figure(model: TMTransformer, x: str, t: int, layer: str = "CD"):
-    """Tape and head after t steps, the self-attention scores of ``layer`` and CD's encoder scores at position t,
-    all decoded from the transformer (never from a machine)."""
+    """Tape and head after t steps (the written cells and the head's neighbourhood, one symbol per cell,
+    blank cells empty), the self-attention scores of ``layer`` and CD's encoder scores at position t, all
+    decoded from the transformer (never from a machine)."""
     attention = [name[:-5] for name in model.layer_names if name.endswith(".attn")]
     if layer not in attention:
         raise ValueError(f"layer must be one of {attention}, got {layer!r}")
     trace = model.forward_trace([x], record=True)
     run = model.decode([x], trace)[0]
     t = min(max(t, 0), model.T)
-    tape = model.tape_after(x, trace, 0, t)
+    head = run.heads[t]
+    tape = model.tape_after(x, trace, 0, t)  # {cell: symbol}, from the transformer's write log
     fig, axes = plotting.subplots(1, 3, height=2.8)
-    cells = list(range(min(run.heads) - 1, max(run.heads + [len(x)]) + 2))
-    axes[0].bar(cells, [1] * len(cells), color=["orange" if c == run.heads[t] else "lightgray" for c in cells])
+    cells = range(min([*tape, head]) - 1, max([*tape, head]) + 2)
+    axes[0].bar(cells, 1, width=0.9, color=["orange" if c == head else "lightgray" for c in cells])
     for c in cells:
-        axes[0].text(c, 0.5, tape.get(c, model.blank), ha="center", va="center", fontsize=12)
-    axes[0].set(title=f"t = {t}: state {run.states[t]}, head at {run.heads[t]}", xlabel="cell", yticks=[])
+        if tape.get(c, model.blank) != model.blank:
+            axes[0].text(c, 0.5, tape[c], ha="center", va="center")
+    axes[0].set(title=f"t = {t}: state {run.states[t]}, head at {head}", xlabel="cell", yticks=[], ylim=(0, 2))
+    axes[0].xaxis.get_major_locator().set_params(integer=True)
+    axes[0].legend(handles=[Patch(color="orange", label="head"), Patch(color="lightgray", label="tape cell")],
+                   loc="upper left")
     for ax, key, offset, label in ((axes[1], f"{layer}.attn", -1, "past position t' (-1 = null)"),
                                    (axes[2], "CD.xattn", 0, "input cell j (0 = null)")):
         scores = trace.scores[key][t][0]
