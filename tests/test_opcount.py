@@ -80,3 +80,18 @@ def test_every_counted_full_profile_fits_five_minutes_on_an_h100():
             if estimate["seconds"] > 300:
                 over[str(path.relative_to(full.ROOT))] = estimate["seconds"]
     assert set(over) == known, over
+
+
+def test_an_extrapolated_estimate_is_shown_marked_with_its_method():
+    with opcount.OpCounter() as counter:
+        torch.ones(4, 4) @ torch.ones(4, 4)
+    result = full.Result("book/x.ipynb", status="ok", device="cpu (test, 1 threads)", date="2026-11-26 00:00 UTC",
+                         commit="abc", ops=counter.report())
+    report = full.merge_report(None, [result], ["book/x.ipynb", "book/y.ipynb", "book/z.ipynb"])
+    y = {"seconds": 350.0, "launches": 7, "gflop": 1.5, "gbyte": 2.0, "host_seconds": 4.0, "peak_live_mib": 1,
+         "counted": "2026-11-27, commit def", "method": "parts counted, training extended to 150 epochs"}
+    page = full.render_page({"cpu-test": report}, extrapolated={"book/y.ipynb": y})
+    assert "`book/y.ipynb` † | 7 | 1.5 | 2.0 | 4.0 | 1 | 350.0 |" in page
+    assert "† `book/y.ipynb`: parts counted, training extended to 150 epochs (2026-11-27, commit def)." in page
+    assert "Estimated over 5 minutes on one H100: `book/y.ipynb`." in page
+    assert "Not counted yet: `book/z.ipynb`." in page and "`book/x.ipynb` | 3 |" in page

@@ -339,9 +339,11 @@ def _md_table(rows: list[tuple[str, ...]]) -> list[str]:
         ["| " + " | ".join(row) + " |" for row in body]
 
 
-def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None) -> str:
-    """``book/full_results.md`` from the stored reports (name → report) and the storage rows (None: not
-    measured)."""
+def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
+                extrapolated: Optional[dict[str, dict]] = None) -> str:
+    """``book/full_results.md`` from the stored reports (name → report), the storage rows (None: not
+    measured) and the extrapolated H100 estimates of notebooks too long to count in one run
+    (`extrapolated_estimates`)."""
     out = ["# Full-profile results", "",
            "Every notebook of this book runs in two profiles. The pages show the *quick* profile: small sizes, "
            "on a CPU, so that the stored outputs can be checked on any machine. The *full* profile runs the same "
@@ -390,7 +392,7 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None) 
                         [pair + f"{len(both)} notebooks run on both at the same commit{apart}; {verdict}."]
                         + [f"  - {line}" for line in lines])
         out += [""]
-    out += estimates_section(reports)
+    out += estimates_section(reports, extrapolated or {})
     out += storage_section(storage)
     return "\n".join(out).rstrip() + "\n"
 
@@ -400,8 +402,20 @@ def _wall(run: dict) -> str:
     return _num(run["wall_s"]) + ("*" if run.get("ops") and run["wall_s"] is not None else "")
 
 
-def estimates_section(reports: dict[str, dict]) -> list[str]:
-    """The page's table of counted runs: the counts and the H100 time they predict."""
+def extrapolated_estimates(root: pathlib.Path = ROOT) -> dict[str, dict]:
+    """Notebook → its metadata's H100 estimate, for estimates with a ``method``: extrapolated from counted
+    parts (a run too long to count whole on a CPU), not counted in one run."""
+    out = {}
+    for path in notebooks(root):
+        estimate = nbformat.read(path, as_version=4).metadata.get("tfbook", {}).get("h100_estimate")
+        if isinstance(estimate, dict) and estimate.get("method"):
+            out[str(path.relative_to(root))] = estimate
+    return out
+
+
+def estimates_section(reports: dict[str, dict], extrapolated: Optional[dict[str, dict]] = None) -> list[str]:
+    """The page's table of counted runs: the counts and the H100 time they predict; notebooks not counted
+    in a run but with an ``extrapolated`` estimate are added, marked †, with their method."""
     counted = {}
     for report in reports.values():
         for n in report["notebooks"]:
@@ -428,13 +442,19 @@ def estimates_section(reports: dict[str, dict]) -> list[str]:
               _num(n["ops"]["peak_live_bytes"] / 2**20), _num(n["ops"]["h100_s"], 1))
              for name, n in sorted(counted.items())]
     every = sorted({n["notebook"] for report in reports.values() for n in report["notebooks"]})
-    missing = [name for name in every if name not in counted]
+    extra = {name: e for name, e in sorted((extrapolated or {}).items()) if name not in counted}
+    rows += [(f"`{name}` †", str(e["launches"]), _num(e["gflop"], 1), _num(e["gbyte"], 1),
+              _num(e["host_seconds"], 1), _num(e.get("peak_live_mib")), _num(e["seconds"], 1))
+             for name, e in extra.items()]
+    missing = [name for name in every if name not in counted and name not in extra]
     over = [name for name, n in sorted(counted.items()) if n["ops"]["h100_s"] > 300]
+    over += [name for name, e in extra.items() if e["seconds"] > 300]
     tail = ["Every counted notebook is estimated within 5 minutes on one H100." if not over else
             "Estimated over 5 minutes on one H100: " + ", ".join(f"`{m}`" for m in over) + "."]
     if missing:
         tail.append("Not counted yet: " + ", ".join(f"`{m}`" for m in missing) + ".")
-    return out + _md_table(rows) + [""] + [" ".join(tail), ""]
+    notes = [f"† `{name}`: {e['method']} ({e['counted']})." for name, e in extra.items()]
+    return out + _md_table(rows) + [""] + [" ".join(tail), ""] + [line for n in notes for line in (n, "")]
 
 
 def _ratio(a: float, b: float) -> str:
@@ -514,7 +534,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.check and not args.page:
         parser.error("--check goes with --page")
     if args.page:
-        text = render_page(stored_reports(args.reports), stored_storage(args.reports))
+        text = render_page(stored_reports(args.reports), stored_storage(args.reports), extrapolated_estimates())
         if args.check:
             return 0 if PAGE.exists() and PAGE.read_text() == text else 1
         PAGE.write_text(text)
