@@ -70,8 +70,9 @@ def test_every_counted_full_profile_fits_five_minutes_on_an_h100():
     import nbformat
 
     # over budget when counted, kept here until a session brings them under; each entry must still be
-    # over, so the list cannot go stale (colsym/03 left it at 164 s)
-    known: set[str] = set()
+    # over, so the list cannot go stale (colsym/03 left it at 164 s). turing/03: 312 s at 52018d5 (was
+    # 2000 s); its bisection sweeps (cells 19, 23, 25: about 150 s) are sequential decoder runs
+    known = {"book/turing/03_verification.ipynb"}
     over = {}
     for path in full.notebooks():
         estimate = nbformat.read(path, as_version=4).metadata.get("tfbook", {}).get("h100_estimate")
