@@ -446,3 +446,11 @@ def test_symbolic_msp_matches_numeric():
     value = float(expr.subs({s: float(X[k % 2, k // 2]) for k, s in enumerate(syms)}))
     assert value == pytest.approx(float(cs.msp(T, X)), rel=1e-12)
     assert cs.msp_symbolic(((1, 0),) * 4, cols) == 0
+
+
+def test_the_rounding_allowance_on_attained_bounds_is_sixteen_ulps_and_far_below_a_fault():
+    e_psi = cs.squaring.product_error(4, 8)  # the quick profile's e_psi, 1.2e-10: one ulp of 1 is 1.9e-6 e_psi
+    allowance = checks.attained_bound(1 / e_psi) - 1
+    assert allowance == pytest.approx(checks.ROUNDING_ULPS * 2.0 ** -52 / e_psi, rel=1e-12)
+    assert 1e-5 < allowance < 1e-4  # a 1e-3 relative fault moves m~ by ~1e-3, i.e. 1e7 e_psi
+    assert checks.attained_bound(1.0) == 1 + checks.TIGHT  # where the bound is the values' size, TIGHT rules

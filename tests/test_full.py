@@ -111,3 +111,20 @@ def test_compare_finds_a_claim_that_holds_on_one_device_only():
 
 def test_stored_page_is_up_to_date():
     assert full.main(["--page", "--check"]) == 0, "run `python -m tfbook.full --page` and commit book/full_results.md"
+
+
+def test_a_concurrent_gpu_run_is_marked_and_set_against_the_estimate():
+    ops = {"launches": 3, "flops": 1e9, "bytes": 2e9, "host_s": 0.5, "peak_live_bytes": 2**20, "h100_s": 40.0}
+    counted = full.Result("book/x.ipynb", status="ok", device="cpu (C, 1 threads)", wall_s=900.0,
+                          date="2026-11-26 00:00 UTC", commit="abc", ops=ops)
+    alone = full.Result("book/x.ipynb", status="ok", device="cuda:0 (G)", wall_s=20.0, date="2026-11-26 01:00 UTC",
+                        commit="abc")
+    shared = full.Result("book/x.ipynb", status="ok", device="cuda:0 (G)", wall_s=60.0, date="2026-11-27 01:00 UTC",
+                         commit="abc", concurrent=4)
+    every = ["book/x.ipynb"]
+    cpu = full.merge_report(None, [counted], every)
+    page = full.render_page({"c": cpu, "g": full.merge_report(None, [alone], every)})
+    assert "| 40.0 | 20 | 0.5 |" in page and "20‡" not in page and "at a time" not in page
+    page = full.render_page({"c": cpu, "g": full.merge_report(None, [shared], every)})
+    assert "| 40.0 | 60‡ | 1.5 |" in page and "‡ 4 notebooks at a time on this machine." in page
+    assert "| ok | abc | 900* |" in page  # the counted CPU run is not a GPU measurement

@@ -87,6 +87,7 @@ class Result:
     # every claim as printed: title, ref, statement, measured, relation, bound, holds, kind
     claims: list[dict] = field(default_factory=list)
     ops: Optional[dict] = None  # a counted run's `tfbook.opcount.OpCounter.report`, else None
+    concurrent: int = 1  # notebooks running at once on the machine (more than 1: a slower wall time)
 
 
 def notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
@@ -352,7 +353,9 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
            "report of its device; this page renders those reports. A claim that fails in the full profile is "
            "recorded here, not hidden; a notebook that has not been run in the full profile on a device is "
            "listed as not run. A peak GPU memory of 0 on a GPU device means that the notebook allocated nothing on "
-           "the GPU: its full profile still computes on the host's CPU.", ""]
+           "the GPU: its full profile still computes on the host's CPU. Wall times marked ‡ come from runs of "
+           "several notebooks at once on one machine: they share its cores and GPU, so each is slower than alone.",
+           ""]
     if not reports:
         out += ["No full-profile report is stored yet.", ""]
     for name, report in sorted(reports.items()):
@@ -368,6 +371,9 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
                   _num(n["peak_rss_mib"]), _num(n["peak_cuda_mib"]), str(n["held"]), str(n["failed"]))
                  for n in ran]
         out += (_md_table(rows) if ran else []) + [""]
+        together = sorted({n.get("concurrent", 1) for n in ran} - {1})
+        if together:
+            out += [f"‡ {' or '.join(map(str, together))} notebooks at a time on this machine.", ""]
         missing = [n["notebook"] for n in report["notebooks"] if n["status"] == "not run"]
         if missing:
             out += ["Not run on this device: " + ", ".join(f"`{m}`" for m in missing) + ".", ""]
@@ -398,8 +404,22 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
 
 
 def _wall(run: dict) -> str:
-    """A run's wall time, marked * for a counted run (slower: it includes the counter's cost)."""
-    return _num(run["wall_s"]) + ("*" if run.get("ops") and run["wall_s"] is not None else "")
+    """A run's wall time, marked * for a counted run (slower: it includes the counter's cost) and ‡ for a
+    run beside other notebooks on the same machine (slower: they share its cores and GPU)."""
+    if run["wall_s"] is None:
+        return "-"
+    return _num(run["wall_s"]) + ("*" if run.get("ops") else "") + ("‡" if run.get("concurrent", 1) > 1 else "")
+
+
+def _gpu_runs(reports: dict[str, dict]) -> dict[str, dict]:
+    """Notebook → its newest plain (not counted) run on a GPU, from any stored report."""
+    runs: dict[str, dict] = {}
+    for report in reports.values():
+        for n in report["notebooks"]:
+            if (n["status"] != "not run" and n.get("device", "").startswith("cuda") and not n.get("ops")
+                    and n["wall_s"] is not None and n["date"] > runs.get(n["notebook"], {"date": ""})["date"]):
+                runs[n["notebook"]] = n
+    return runs
 
 
 def extrapolated_estimates(root: pathlib.Path = ROOT) -> dict[str, dict]:
@@ -435,16 +455,29 @@ def estimates_section(reports: dict[str, dict], extrapolated: Optional[dict[str,
            f"times on {H100['name']}: FP64 {H100['fp64_flops'] / 1e12:.0f} TFLOP/s "
            f"({H100['fp64_matmul_flops'] / 1e12:.0f} on tensor cores), FP32 {H100['fp32_flops'] / 1e12:.0f} TFLOP/s, "
            f"{H100['bytes_per_s'] / 1e12:.1f} TB/s, plus {H100['factorisation_s'] * 1e3:.0f} ms per factorisation. "
-           "Wall times marked * are counted runs, slower than plain ones by the counter's own cost.", ""]
-    rows = [("notebook", "launches", "GFLOP", "GB moved", "host s", "peak tensors MiB", "H100 est. s")]
+           "Wall times marked * are counted runs, slower than plain ones by the counter's own cost. The last two "
+           "columns set the estimate against the newest plain run on a GPU, of the kind its device's report names "
+           "(an H200 has the H100's arithmetic and 1.4 times its memory bandwidth; ‡ as above). A wall time also "
+           "holds the kernel's start and the imports, 5 to 10 s, which the count leaves out: small notebooks read "
+           "high.", ""]
+    gpu = _gpu_runs(reports)
+
+    def measured(name: str, estimate: float) -> tuple[str, str]:
+        run = gpu.get(name)
+        return ("-", "-") if run is None else (_wall(run), _ratio(run["wall_s"], estimate))
+
+    rows = [("notebook", "launches", "GFLOP", "GB moved", "host s", "peak tensors MiB", "H100 est. s",
+             "GPU wall s", "wall / est.")]
     rows += [(f"`{name}`", str(n["ops"]["launches"]), _num(n["ops"]["flops"] / 1e9, 1),
               _num(n["ops"]["bytes"] / 1e9, 1), _num(n["ops"]["host_s"], 1),
-              _num(n["ops"]["peak_live_bytes"] / 2**20), _num(n["ops"]["h100_s"], 1))
+              _num(n["ops"]["peak_live_bytes"] / 2**20), _num(n["ops"]["h100_s"], 1),
+              *measured(name, n["ops"]["h100_s"]))
              for name, n in sorted(counted.items())]
     every = sorted({n["notebook"] for report in reports.values() for n in report["notebooks"]})
     extra = {name: e for name, e in sorted((extrapolated or {}).items()) if name not in counted}
     rows += [(f"`{name}` †", str(e["launches"]), _num(e["gflop"], 1), _num(e["gbyte"], 1),
-              _num(e["host_seconds"], 1), _num(e.get("peak_live_mib")), _num(e["seconds"], 1))
+              _num(e["host_seconds"], 1), _num(e.get("peak_live_mib")), _num(e["seconds"], 1),
+              *measured(name, e["seconds"]))
              for name, e in extra.items()]
     missing = [name for name in every if name not in counted and name not in extra]
     over = [name for name, n in sorted(counted.items()) if n["ops"]["h100_s"] > 300]
@@ -530,6 +563,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--count", action="store_true",
                         help="count operations and estimate the H100 time (see tfbook.opcount)")
     parser.add_argument("--compare", nargs=2, type=pathlib.Path, metavar="REPORT", help="two reports' disagreements")
+    parser.add_argument("--concurrent", type=int, default=1, metavar="K",
+                        help="notebooks this run shares the machine with, itself included (recorded in the report)")
     args = parser.parse_args(argv)
     if args.check and not args.page:
         parser.error("--check goes with --page")
@@ -564,7 +599,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"[{i + 1}/{len(paths)}] {results[i].notebook} ...", flush=True)
         expected = results[i].expected_s
         results[i] = run_one(path, args.scratch, count=args.count)
-        results[i].expected_s = expected
+        results[i].expected_s, results[i].concurrent = expected, args.concurrent
         print(f"    {results[i].status}, {results[i].wall_s:.1f} s, {results[i].held} held, {results[i].failed} failed",
               flush=True)
         write_report(results, args.scratch / "report.json")
