@@ -128,3 +128,18 @@ def test_a_concurrent_gpu_run_is_marked_and_set_against_the_estimate():
     page = full.render_page({"c": cpu, "g": full.merge_report(None, [shared], every)})
     assert "| 40.0 | 60‡ | 1.5 |" in page and "‡ 4 notebooks at a time on this machine." in page
     assert "| ok | abc | 900* |" in page  # the counted CPU run is not a GPU measurement
+
+
+def test_a_notebook_that_dies_without_a_message_is_reported_not_raised(tmp_path, monkeypatch):
+    """A kernel killed mid-run ends in an AssertionError with no text inside nbclient's cleanup."""
+    import tfbook.notebooks
+
+    def die(*args, **kwargs):
+        raise AssertionError()
+
+    monkeypatch.setattr(tfbook.notebooks, "execute_notebook", die)
+    root = tmp_path / "repo"
+    (root / "book").mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), root / "book" / "n.ipynb")
+    result = full.run_one(root / "book" / "n.ipynb", tmp_path / "scratch", root=root)
+    assert (result.status, result.error, result.held) == ("error", "AssertionError", 0)

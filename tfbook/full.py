@@ -134,7 +134,8 @@ def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT
         nb = execute_notebook(nb, path.parent, path=str(rel), env=env, timeout=timeout).nb
         result.status = "ok"
     except Exception as exc:  # a notebook error is reported, the run goes on
-        result.status, result.error = "error", f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+        last = (str(exc).strip().splitlines() or [""])[-1]  # an exception may carry no message
+        result.status, result.error = "error", f"{type(exc).__name__}: {last[:300]}".rstrip(": ")
     finally:
         result.wall_s = time.perf_counter() - start
     for line in _cell_output(nb.cells[-1]).splitlines():
