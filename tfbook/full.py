@@ -412,13 +412,29 @@ def _wall(run: dict) -> str:
     return _num(run["wall_s"]) + ("*" if run.get("ops") else "") + ("‡" if run.get("concurrent", 1) > 1 else "")
 
 
-def _gpu_runs(reports: dict[str, dict]) -> dict[str, dict]:
-    """Notebook → its newest plain (not counted) run on a GPU, from any stored report."""
+H200_OVER_H100 = 4.8 / 3.35  # memory bandwidth, TB/s: the same SMs and clocks, so an H100 is at most this much slower
+
+
+def h100_bounds(reports: dict[str, dict]) -> dict[str, float]:
+    """Notebook → an upper bound, in seconds, on its full profile's time on one H100, from its newest plain
+    run alone on an H100 (its wall time) or an H200 (its wall time times `H200_OVER_H100`)."""
+    bounds: dict[str, float] = {}
+    for name, run in _gpu_runs(reports, alone=True).items():
+        factor = 1.0 if "H100" in run["device"] else H200_OVER_H100 if "H200" in run["device"] else None
+        if factor is not None:
+            bounds[name] = run["wall_s"] * factor
+    return bounds
+
+
+def _gpu_runs(reports: dict[str, dict], alone: bool = False) -> dict[str, dict]:
+    """Notebook → its newest plain (not counted) run on a GPU, from any stored report (``alone``: only runs
+    that had the machine to themselves)."""
     runs: dict[str, dict] = {}
     for report in reports.values():
         for n in report["notebooks"]:
             if (n["status"] != "not run" and n.get("device", "").startswith("cuda") and not n.get("ops")
-                    and n["wall_s"] is not None and n["date"] > runs.get(n["notebook"], {"date": ""})["date"]):
+                    and n["wall_s"] is not None and not (alone and n.get("concurrent", 1) > 1)
+                    and n["date"] > runs.get(n["notebook"], {"date": ""})["date"]):
                 runs[n["notebook"]] = n
     return runs
 
@@ -483,8 +499,17 @@ def estimates_section(reports: dict[str, dict], extrapolated: Optional[dict[str,
     missing = [name for name in every if name not in counted and name not in extra]
     over = [name for name, n in sorted(counted.items()) if n["ops"]["h100_s"] > 300]
     over += [name for name, e in extra.items() if e["seconds"] > 300]
+    bounds = h100_bounds(reports)
+
+    def measured_bound(name: str) -> str:
+        if name not in bounds:
+            return ""
+        run = _gpu_runs(reports, alone=True)[name]
+        return (f" (measured alone on {run['device']}: {run['wall_s']:.0f} s"
+                + ("" if "H100" in run["device"] else f", so at most {bounds[name]:.0f} s on an H100") + ")")
+
     tail = ["Every counted notebook is estimated within 5 minutes on one H100." if not over else
-            "Estimated over 5 minutes on one H100: " + ", ".join(f"`{m}`" for m in over) + "."]
+            "Estimated over 5 minutes on one H100: " + ", ".join(f"`{m}`{measured_bound(m)}" for m in over) + "."]
     if missing:
         tail.append("Not counted yet: " + ", ".join(f"`{m}`" for m in missing) + ".")
     notes = [f"† `{name}`: {e['method']} ({e['counted']})." for name, e in extra.items()]
