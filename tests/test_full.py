@@ -143,3 +143,18 @@ def test_a_notebook_that_dies_without_a_message_is_reported_not_raised(tmp_path,
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), root / "book" / "n.ipynb")
     result = full.run_one(root / "book" / "n.ipynb", tmp_path / "scratch", root=root)
     assert (result.status, result.error, result.held) == ("error", "AssertionError", 0)
+
+
+def test_a_statement_that_names_its_device_is_compared_across_devices():
+    every = ["book/a/01.ipynb"]
+
+    def ran(device, word, holds):
+        result = _ran("book/a/01.ipynb", device, [holds])
+        result.claims[0]["statement"] = f"test accuracy (float32, {word})"
+        return full.merge_report(None, [result], every)
+
+    gpu, cpu = ran("cuda:0 (G)", "CUDA", True), ran("cpu (C, 1 threads)", "CPU", True)
+    assert full.compare_reports(gpu, cpu) == []
+    lines = full.compare_reports(gpu, ran("cpu (C, 1 threads)", "CPU", False))
+    assert lines == ["book/a/01.ipynb: Lemma 1: test accuracy (float32, <device>): holds on cuda:0 (G), fails on "
+                     "cpu (C, 1 threads)"]

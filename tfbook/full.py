@@ -261,13 +261,17 @@ def record_estimates(results: list[Result], root: pathlib.Path = ROOT) -> list[p
     return written
 
 
+DEVICE_WORD = re.compile(r"\b(CPU|CUDA|GPU)\b")
+
+
 def _claim_keys(notebook: dict) -> dict[tuple, bool]:
     """Each claim of a notebook's run under a key that is the same on every device: title, ref,
-    statement and its occurrence number (a notebook may check one statement several times)."""
+    statement (where it names the device it ran on, "CPU", "CUDA" or "GPU" read as "<device>") and its
+    occurrence number (a notebook may check one statement several times)."""
     seen: dict[tuple, int] = {}
     keyed = {}
     for claim in notebook.get("claims", []):
-        base = (claim["title"], claim["ref"], claim["statement"])
+        base = (claim["title"], claim["ref"], DEVICE_WORD.sub("<device>", claim["statement"]))
         seen[base] = seen.get(base, 0) + 1
         keyed[base + (seen[base],)] = bool(claim["holds"])
     return keyed
