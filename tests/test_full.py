@@ -2,6 +2,7 @@
 import json
 
 import nbformat
+import pytest
 
 from tfbook import full
 
@@ -158,3 +159,9 @@ def test_a_statement_that_names_its_device_is_compared_across_devices():
     lines = full.compare_reports(gpu, ran("cpu (C, 1 threads)", "CPU", False))
     assert lines == ["book/a/01.ipynb: Lemma 1: test accuracy (float32, <device>): holds on cuda:0 (G), fails on "
                      "cpu (C, 1 threads)"]
+
+
+def test_concurrent_must_count_at_least_the_run_itself(capsys):
+    with pytest.raises(SystemExit):
+        full.main(["--concurrent", "0", "--estimate"])
+    assert "--concurrent must be a positive number of notebooks, got 0" in capsys.readouterr().err

@@ -69,7 +69,7 @@ def test_a_counted_run_is_recorded_in_the_notebook_metadata(tmp_path):
 def test_every_full_profile_fits_five_minutes_on_an_h100():
     """Issue budget: each notebook's full profile runs within 5 minutes on one H100: by its estimate from
     counted operations, or, where the estimate is over, by its newest plain run alone on a GPU (an H200's wall
-    time scaled up by the bandwidth ratio, `full.h100_bounds`). turing/03: estimated 312 s at 52018d5 (its
+    time scaled up by the bandwidth ratio to an H100 SXM, `full.h100_bounds`). turing/03: estimated 312 s at 52018d5 (its
     host time is this CPU's; the sequential decoder is launch-bound), measured 168 s alone on an H200."""
     import nbformat
 
@@ -109,7 +109,10 @@ def test_an_extrapolated_estimate_is_shown_marked_with_its_method():
     report = full.merge_report(None, [result], ["book/x.ipynb", "book/y.ipynb", "book/z.ipynb"])
     y = {"seconds": 350.0, "launches": 7, "gflop": 1.5, "gbyte": 2.0, "host_seconds": 4.0, "peak_live_mib": 1,
          "counted": "2026-11-27, commit def", "method": "parts counted, training extended to 150 epochs"}
-    page = full.render_page({"cpu-test": report}, extrapolated={"book/y.ipynb": y})
+    z = {**y, "seconds": 20.0, "launches": 9}
+    del z["method"]
+    page = full.render_page({"cpu-test": report}, recorded={"book/y.ipynb": y, "book/w.ipynb": z})
+    assert "`book/w.ipynb` | 9 |" in page and "† `book/w.ipynb`" not in page  # counted, its run since replaced
     assert "`book/y.ipynb` † | 7 | 1.5 | 2.0 | 4.0 | 1 | 350.0 |" in page
     assert "† `book/y.ipynb`: parts counted, training extended to 150 epochs (2026-11-27, commit def)." in page
     assert "Estimated over 5 minutes on one H100: `book/y.ipynb`." in page

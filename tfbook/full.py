@@ -346,10 +346,9 @@ def _md_table(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
-                extrapolated: Optional[dict[str, dict]] = None) -> str:
+                recorded: Optional[dict[str, dict]] = None) -> str:
     """``book/full_results.md`` from the stored reports (name → report), the storage rows (None: not
-    measured) and the extrapolated H100 estimates of notebooks too long to count in one run
-    (`extrapolated_estimates`)."""
+    measured) and the H100 estimates recorded in the notebooks' metadata (`recorded_estimates`)."""
     out = ["# Full-profile results", "",
            "Every notebook of this book runs in two profiles. The pages show the *quick* profile: small sizes, "
            "on a CPU, so that the stored outputs can be checked on any machine. The *full* profile runs the same "
@@ -403,7 +402,7 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
                         [pair + f"{len(both)} notebooks run on both at the same commit{apart}; {verdict}."]
                         + [f"  - {line}" for line in lines])
         out += [""]
-    out += estimates_section(reports, extrapolated or {})
+    out += estimates_section(reports, recorded or {})
     out += storage_section(storage)
     return "\n".join(out).rstrip() + "\n"
 
@@ -416,11 +415,13 @@ def _wall(run: dict) -> str:
     return _num(run["wall_s"]) + ("*" if run.get("ops") else "") + ("‡" if run.get("concurrent", 1) > 1 else "")
 
 
-H200_OVER_H100 = 4.8 / 3.35  # memory bandwidth, TB/s: the same SMs and clocks, so an H100 is at most this much slower
+# memory bandwidth, TB/s: the H100 SXM (80 GB HBM3, the kind lent here) has the H200's SMs and clocks, so it is at
+# most this much slower; the PCIe card of `tfbook.opcount.H100` (fewer SMs, 2.0 TB/s) is not bounded by it
+H200_OVER_H100 = 4.8 / 3.35
 
 
 def h100_bounds(reports: dict[str, dict]) -> dict[str, float]:
-    """Notebook → an upper bound, in seconds, on its full profile's time on one H100, from its newest plain
+    """Notebook → an upper bound, in seconds, on its full profile's time on one H100 SXM, from its newest plain
     run alone on an H100 (its wall time) or an H200 (its wall time times `H200_OVER_H100`)."""
     bounds: dict[str, float] = {}
     for name, run in _gpu_runs(reports, alone=True).items():
@@ -443,33 +444,36 @@ def _gpu_runs(reports: dict[str, dict], alone: bool = False) -> dict[str, dict]:
     return runs
 
 
-def extrapolated_estimates(root: pathlib.Path = ROOT) -> dict[str, dict]:
-    """Notebook → its metadata's H100 estimate, for estimates with a ``method``: extrapolated from counted
-    parts (a run too long to count whole on a CPU), not counted in one run."""
+def recorded_estimates(root: pathlib.Path = ROOT) -> dict[str, dict]:
+    """Notebook → the H100 estimate recorded in its metadata: from a counted run (which a later plain run
+    replaces in the device's report), or, with a ``method``, extrapolated from counted parts (a run too long
+    to count whole on a CPU)."""
     out = {}
     for path in notebooks(root):
         estimate = nbformat.read(path, as_version=4).metadata.get("tfbook", {}).get("h100_estimate")
-        if isinstance(estimate, dict) and estimate.get("method"):
+        if isinstance(estimate, dict):
             out[str(path.relative_to(root))] = estimate
     return out
 
 
-def estimates_section(reports: dict[str, dict], extrapolated: Optional[dict[str, dict]] = None) -> list[str]:
-    """The page's table of counted runs: the counts and the H100 time they predict; notebooks not counted
-    in a run but with an ``extrapolated`` estimate are added, marked †, with their method."""
+def estimates_section(reports: dict[str, dict], recorded: Optional[dict[str, dict]] = None) -> list[str]:
+    """The page's table of counted runs: the counts and the H100 time they predict; notebooks whose counted
+    run is not in the reports but whose estimate is ``recorded`` in the metadata are added from it, marked †
+    with their method where extrapolated."""
     counted = {}
     for report in reports.values():
         for n in report["notebooks"]:
             if n.get("ops") and (n["notebook"] not in counted or n["date"] > counted[n["notebook"]]["date"]):
                 counted[n["notebook"]] = n
-    if not counted:
+    if not counted and not recorded:
         return []
     from tfbook.opcount import H100
 
     out = ["## Estimated time on one H100", "",
            "A run with `--count` counts every tensor operation of a notebook's full profile: kernel launches, "
            "floating-point operations (torch's formulas for matrix products; two per stored value and column of a "
-           "product with a sparse matrix; ten n³ per dense factorisation; one per element otherwise), bytes read and written, and the peak of the tensors alive at once. The estimate is "
+           "product with a sparse matrix; ten n³ per dense factorisation; one per element otherwise), bytes read "
+           "and written, and the peak of the tensors alive at once. The estimate is "
            "the host work measured on the counting machine (the CPU time of everything outside tensor operations "
            "and outside the counter) plus, per operation, "
            f"{H100['launch_s'] * 1e6:.0f} µs of launch and dispatch and the larger of its compute and memory "
@@ -495,8 +499,8 @@ def estimates_section(reports: dict[str, dict], extrapolated: Optional[dict[str,
               *measured(name, n["ops"]["h100_s"]))
              for name, n in sorted(counted.items())]
     every = sorted({n["notebook"] for report in reports.values() for n in report["notebooks"]})
-    extra = {name: e for name, e in sorted((extrapolated or {}).items()) if name not in counted}
-    rows += [(f"`{name}` †", str(e["launches"]), _num(e["gflop"], 1), _num(e["gbyte"], 1),
+    extra = {name: e for name, e in sorted((recorded or {}).items()) if name not in counted}
+    rows += [(f"`{name}`" + (" †" if e.get("method") else ""), str(e["launches"]), _num(e["gflop"], 1), _num(e["gbyte"], 1),
               _num(e["host_seconds"], 1), _num(e.get("peak_live_mib")), _num(e["seconds"], 1),
               *measured(name, e["seconds"]))
              for name, e in extra.items()]
@@ -505,18 +509,20 @@ def estimates_section(reports: dict[str, dict], extrapolated: Optional[dict[str,
     over += [name for name, e in extra.items() if e["seconds"] > 300]
     bounds = h100_bounds(reports)
 
+    alone = _gpu_runs(reports, alone=True)
+
     def measured_bound(name: str) -> str:
         if name not in bounds:
             return ""
-        run = _gpu_runs(reports, alone=True)[name]
+        run = alone[name]
         return (f" (measured alone on {run['device']}: {run['wall_s']:.0f} s"
-                + ("" if "H100" in run["device"] else f", so at most {bounds[name]:.0f} s on an H100") + ")")
+                + ("" if "H100" in run["device"] else f", so at most {bounds[name]:.0f} s on an H100 SXM") + ")")
 
     tail = ["Every counted notebook is estimated within 5 minutes on one H100." if not over else
             "Estimated over 5 minutes on one H100: " + ", ".join(f"`{m}`{measured_bound(m)}" for m in over) + "."]
     if missing:
         tail.append("Not counted yet: " + ", ".join(f"`{m}`" for m in missing) + ".")
-    notes = [f"† `{name}`: {e['method']} ({e['counted']})." for name, e in extra.items()]
+    notes = [f"† `{name}`: {e['method']} ({e['counted']})." for name, e in extra.items() if e.get("method")]
     return out + _md_table(rows) + [""] + [" ".join(tail), ""] + [line for n in notes for line in (n, "")]
 
 
@@ -598,8 +604,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.check and not args.page:
         parser.error("--check goes with --page")
+    if args.concurrent < 1:
+        parser.error(f"--concurrent must be a positive number of notebooks, got {args.concurrent}")
     if args.page:
-        text = render_page(stored_reports(args.reports), stored_storage(args.reports), extrapolated_estimates())
+        text = render_page(stored_reports(args.reports), stored_storage(args.reports), recorded_estimates())
         if args.check:
             return 0 if PAGE.exists() and PAGE.read_text() == text else 1
         PAGE.write_text(text)
