@@ -85,6 +85,7 @@ CASES = [
     dict(normalization="relu", window=1, causal=True),
     dict(normalization="softmax", null=True),
     dict(normalization="hard", null=True, causal=True),
+    dict(normalization="hard", null=True),  # every key present: the unmasked path (the Turing decoder's)
     dict(normalization="relu", null=True),
     dict(normalization="softmax", key_mask=True),
     dict(normalization="hard", key_mask=True, null=True),
@@ -120,6 +121,19 @@ def test_attention_matches_naive_reference(case):
                  divisor=case.get("divisor", "keys"), causal=case.get("causal", False), window=case.get("window"),
                  boundary=case.get("boundary", "masked"), null=case.get("null_pair"), key_mask=key_mask)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_hard_attention_unmasked_path_equals_an_all_present_mask_bitwise():
+    B, n, D, h = 3, 6, 5, 2
+    W = {k: v.round() for k, v in random_stack(h, 2, 3, D).items()}
+    layer = Attention.stacked(**W, normalization="hard", null_key=rand(h, 2, seed=22).round(),
+                              null_value=rand(h, 3, seed=23))
+    H = rand(B, n, D, seed=12).round()  # integer scores: ties among the winners
+    everyone = torch.ones(B, n, dtype=torch.bool)
+    assert torch.equal(layer(H), layer(H, key_mask=everyone))
+    weights = layer.attention_weights(H)
+    assert torch.equal(weights, layer.attention_weights(H, key_mask=everyone))
+    assert bool((weights.sum(-1) == 1).all()) and bool(((weights > 0).sum(-1) > 1).any())  # ties share weight
 
 
 @pytest.mark.parametrize("normalization", ["softmax", "relu", "hard", "linear"])
@@ -212,6 +226,9 @@ def test_feed_forward_and_transformer_names():
     ff = FeedForward(rand(3, 4), rand(3), rand(4, 3), rand(4))
     H = rand(2, 5, 4, seed=9)
     torch.testing.assert_close(ff(H), H + torch.relu(H @ ff.W_1.T + ff.b_1) @ ff.W_2.T + ff.b_2)
+    strided = rand(5, 2, 4, seed=8).transpose(0, 1)  # (2, 5, 4), not contiguous: the batched product
+    torch.testing.assert_close(ff(strided), ff(strided.contiguous()), rtol=1e-14, atol=1e-14)
+    assert ff(H[0, 0]).shape == (4,) and ff(H[:, :0]).shape == (2, 0, 4)  # one token; no tokens
     att = Attention.stacked(**random_stack(1, 2, 2, 4))
     model = Transformer([Block(attention=att, feed_forward=ff)])
     assert [n for n, _ in model.named_sublayers()] == ["block0.attn", "block0.ff"]

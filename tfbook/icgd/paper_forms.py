@@ -1,5 +1,6 @@
-"""The paper's layer formulas (Definitions 6-8: EWML, ReLU attention, MLP), evaluated from a layer's dense matrices: references for
-the core layers, never used by the construction.
+"""The paper's layer formulas (Definitions 6-8), evaluated from a layer's dense matrices.
+
+They are references for the core layers (EWML, ReLU attention, MLP), never used by the construction.
 
 `relu_attention` is Definition 7's ReLU attention on tokens H (..., T, D) with heads Q, K, V (h, D, D):
 ``h_i + (1/T) sum_m sum_s relu(<Q_m h_i, K_m h_s>) V_m h_s``; ``swap=True`` scores

@@ -269,8 +269,9 @@ class Attention(_StackedLayer):
         offset = 0 if self.cross else m - n  # query i sits at position offset + i
         if not self.cross and offset < 0:
             raise ValueError(f"memory must hold at least the {n} query positions, got {m}")
-        i = torch.arange(n, device=device)[:, None] + offset
-        j = torch.arange(m, device=device)[None, :]
+        if self.causal or self.window is not None:
+            i = torch.arange(n, device=device)[:, None] + offset
+            j = torch.arange(m, device=device)[None, :]
         if self.causal:
             counts = (j <= i).to(DTYPE)
         if self.window is not None:
@@ -356,10 +357,12 @@ class Attention(_StackedLayer):
             return A / torch.where(count > 0, count, torch.ones_like(count))
         if self.normalization == "linear":
             return S if C is None else S * C
-        present = torch.ones_like(S, dtype=torch.bool) if C is None else (C > 0).expand_as(S)
+        if C is None:  # every key present: the tied top scores share the weight (a count >= 1, or 0 for NaN scores)
+            A = (S == S.amax(-1, keepdim=True)).to(DTYPE)
+            return A / A.sum(-1, keepdim=True).clamp_(min=1)
+        present = (C > 0).expand_as(S)
         top = S.masked_fill(~present, float("-inf")).amax(-1, keepdim=True)
-        A = ((S == top) & present).to(DTYPE)
-        A = A if C is None else A * C
+        A = ((S == top) & present).to(DTYPE) * C
         total = A.sum(-1, keepdim=True)
         return A / torch.where(total > 0, total, torch.ones_like(total))
 
@@ -402,7 +405,7 @@ class Attention(_StackedLayer):
             # contiguous (small) chunk inputs keep the large score tensor in the standard layout
             S = self._scores(Qt[:, sl].contiguous(), Kt[:, sl].contiguous(), sl)  # (B, hc, n, m[+1])
             chunks.append(Vt[:, sl].contiguous() @ self._normalize(S, C).transpose(-1, -2))  # (B, hc, m_v, n)
-        return self._residual(H, torch.cat(chunks, dim=1))  # head outputs (B, h, m_v, n)
+        return self._residual(H, chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=1))  # (B, h, m_v, n)
 
     def extra_repr(self) -> str:
         return (f"name={self.name!r}, kind={self.kind}, heads={self.num_heads}, normalization={self.normalization}, "
