@@ -476,7 +476,7 @@ def estimates_section(reports: dict[str, dict], recorded: Optional[dict[str, dic
            "and written, and the peak of the tensors alive at once. The estimate is "
            "the host work measured on the counting machine (the CPU time of everything outside tensor operations "
            "and outside the counter; it grows when the counting machine is busy, so counts are made on an idle "
-           "one: turing/03 at one commit measured 185 s idle and 225 s beside a second job) plus, per operation, "
+           "one) plus, per operation, "
            f"{H100['launch_s'] * 1e6:.0f} µs of launch and dispatch and the larger of its compute and memory "
            f"times on {H100['name']}: FP64 {H100['fp64_flops'] / 1e12:.0f} TFLOP/s "
            f"({H100['fp64_matmul_flops'] / 1e12:.0f} on tensor cores), FP32 {H100['fp32_flops'] / 1e12:.0f} TFLOP/s, "
