@@ -69,8 +69,9 @@ def test_a_counted_run_is_recorded_in_the_notebook_metadata(tmp_path):
 def test_every_full_profile_fits_five_minutes_on_an_h100():
     """Issue budget: each notebook's full profile runs within 5 minutes on one H100: by its estimate from
     counted operations, or, where the estimate is over, by its newest plain run alone on a GPU (an H200's wall
-    time scaled up by the bandwidth ratio to an H100 SXM, `full.h100_bounds`). turing/03: estimated 312 s at 52018d5 (its
-    host time is this CPU's; the sequential decoder is launch-bound), measured 168 s alone on an H200."""
+    time scaled up by the bandwidth ratio to an H100 SXM, `full.h100_bounds`). The fallback is for launch-bound notebooks,
+    whose estimate carries this CPU's host time: turing/03 was estimated at 312 s at 52018d5 and measured at 168 s
+    alone on an H200, before the core layers launched fewer operations."""
     import nbformat
 
     bounds = full.h100_bounds(full.stored_reports())
