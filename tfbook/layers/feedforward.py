@@ -59,9 +59,9 @@ class FeedForward(_SparseWeights):
             # tokens as rows of one matrix: the products `H @ W.T` would fold to, without their reshapes
             X = H.view(-1, self.D) if H.is_contiguous() else H  # (B n, D) or (B, n, D)
             Z = X @ self.W_1.T
-            Z = torch.relu(Z if self.b_1 is None else Z + self.b_1)  # (B n, m)
+            Z = torch.relu(Z if self.b_1 is None else Z + self.b_1)  # (B n, m) or (B, n, m)
             out = Z @ self.W_2.T
-            out = out if self.b_2 is None else out + self.b_2  # (B n, D_out)
+            out = out if self.b_2 is None else out + self.b_2  # (B n, D_out) or (B, n, D_out)
             out = out.view(*H.shape[:-1], out.shape[-1])  # (B, n, D_out)
         if hooks._ACTIVE:
             out = _perturb_update(self, out)
