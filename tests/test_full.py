@@ -4,7 +4,7 @@ import json
 import nbformat
 import pytest
 
-from tfbook import full
+from tfbook import claims_audit, full
 
 
 def results():
@@ -64,15 +64,18 @@ def test_run_one_records_failures_into_a_scratch_copy(tmp_path):
     assert (result.status, result.held, result.failed) == ("claims failed", 1, 1)
     assert result.device.startswith(("cpu", "cuda")) and result.peak_rss_mib > 0 and result.wall_s > 0
     assert "Lemma 2: fails, recorded: measured 3.0 is not <= 2" in result.failures[0]
+    assert result.code_hash == claims_audit.code_hash(nb) and result.library_hash == claims_audit.library_hash(root)
     ran = nbformat.read(tmp_path / "scratch" / "book" / "n.ipynb", as_version=4)
     assert ran.cells[0].outputs[0]["text"].strip() == "full" and len(ran.cells) == 1
 
 
-def _ran(name, device, holds, status="ok"):
+def _ran(name, device, holds, status="ok", code="c1", library="l1"):
+    """A run that used its device (a GPU run allocated 64 MiB) of notebook code ``code`` and library ``library``."""
     claims = [{"title": "T", "ref": "Lemma 1", "statement": "s", "measured": "1", "relation": "<=", "bound": "2",
                "holds": h, "kind": "construction"} for h in holds]
-    return full.Result(name, status, device, 1.0, 10.0, None, sum(holds), len(holds) - sum(holds), [], None,
-                       claims=claims)
+    gpu_mib = 64.0 if device.startswith("cuda") else None
+    return full.Result(name, status, device, 1.0, 10.0, gpu_mib, sum(holds), len(holds) - sum(holds), [], None,
+                       claims=claims, code_hash=code, library_hash=library)
 
 
 def test_merge_keeps_the_newest_run_per_notebook_and_lists_the_rest():
@@ -107,7 +110,7 @@ def test_compare_finds_a_claim_that_holds_on_one_device_only():
     assert len(lines) == 1 and "book/a/01.ipynb: Lemma 1: s: holds on cuda:0 (G), fails on cpu" in lines[0]
     assert full.compare_reports(gpu, gpu) == []
     page = full.render_page({"g": gpu, "c": cpu})
-    assert "1 notebooks run on both at the same commit; 1 disagreements" in page and "Not run on this device: `book/a/02.ipynb`" in page
+    assert "1 notebooks run on both with the same code; 1 disagreements" in page and "Not run on this device: `book/a/02.ipynb`" in page
 
 
 def test_stored_page_is_up_to_date():
@@ -119,9 +122,9 @@ def test_a_concurrent_gpu_run_is_marked_and_set_against_the_estimate():
     counted = full.Result("book/x.ipynb", status="ok", device="cpu (C, 1 threads)", wall_s=900.0,
                           date="2026-11-26 00:00 UTC", commit="abc", ops=ops)
     alone = full.Result("book/x.ipynb", status="ok", device="cuda:0 (G)", wall_s=20.0, date="2026-11-26 01:00 UTC",
-                        commit="abc")
+                        commit="abc", peak_cuda_mib=8.0)
     shared = full.Result("book/x.ipynb", status="ok", device="cuda:0 (G)", wall_s=60.0, date="2026-11-27 01:00 UTC",
-                         commit="abc", concurrent=4)
+                         commit="abc", concurrent=4, peak_cuda_mib=8.0)
     every = ["book/x.ipynb"]
     cpu = full.merge_report(None, [counted], every)
     page = full.render_page({"c": cpu, "g": full.merge_report(None, [alone], every)})
@@ -165,3 +168,41 @@ def test_concurrent_must_count_at_least_the_run_itself(capsys):
     with pytest.raises(SystemExit):
         full.main(["--concurrent", "0", "--estimate"])
     assert "--concurrent must be a positive number of notebooks, got 0" in capsys.readouterr().err
+
+
+def test_a_gpu_run_without_gpu_memory_ran_on_the_host_and_is_no_gpu_run():
+    every = ["book/a/01.ipynb"]
+    host = _ran("book/a/01.ipynb", "cuda:0 (G)", [True])
+    host.peak_cuda_mib = 0.0
+    gpu = full.merge_report(None, [host], every)
+    cpu = full.merge_report(None, [_ran(every[0], "cpu (C)", [False])], every)
+    assert full.on_host(gpu["notebooks"][0]) and not full.on_host(cpu["notebooks"][0])
+    assert full.compare_reports(gpu, cpu) == []  # a host run is not compared as a GPU run, though its claim differs
+    page = full.render_page({"c": cpu, "g": gpu}, now=({every[0]: "c1"}, "l1"))
+    assert "| ok, on the host CPU |" in page and "| a/01 | - current | - current, host CPU |" in page
+    assert "g: 0 of 1 runs used the GPU" in page and "no notebook run on both with the same code" in page
+    host.peak_cuda_mib = 3.0
+    assert len(full.compare_reports(full.merge_report(None, [host], every), cpu)) == 1
+
+
+def test_runs_are_compared_only_with_the_same_notebook_code_and_library():
+    every = ["book/a/01.ipynb"]
+    cpu = full.merge_report(None, [_ran(every[0], "cpu (C)", [False])], every)
+    for code, library in (("c2", "l1"), ("c1", "l2"), ("", "")):
+        gpu = full.merge_report(None, [_ran(every[0], "cuda:0 (G)", [True], code=code, library=library)], every)
+        assert full.compare_reports(gpu, cpu) == [] and full._both_ran(gpu, cpu) == []
+        assert full._both_ran(gpu, cpu, same_code=False) == every
+    gpu = full.merge_report(None, [_ran(every[0], "cuda:0 (G)", [True])], every)
+    assert len(full.compare_reports(gpu, cpu)) == 1 and full._both_ran(gpu, cpu) == every
+
+
+def test_each_run_is_current_changed_or_unknown_against_the_tree_now():
+    run = full.asdict(_ran("book/a/01.ipynb", "cuda:0 (G)", [True]))
+    assert full.code_state(run, ({"book/a/01.ipynb": "c1"}, "l1")) == "current"
+    assert full.code_state(run, ({"book/a/01.ipynb": "c9"}, "l1")) == "changed"
+    assert full.code_state(run, ({"book/a/01.ipynb": "c1"}, "l9")) == "changed"
+    assert full.code_state(run, None) == "unknown"
+    assert full.code_state({**run, "code_hash": ""}, ({"book/a/01.ipynb": "c1"}, "l1")) == "unknown"
+    now = full.current_hashes()
+    assert set(now[0]) == {str(p.relative_to(full.ROOT)) for p in full.notebooks()} and now[1] == \
+        claims_audit.library_hash()

@@ -88,6 +88,8 @@ class Result:
     claims: list[dict] = field(default_factory=list)
     ops: Optional[dict] = None  # a counted run's `tfbook.opcount.OpCounter.report`, else None
     concurrent: int = 1  # notebooks running at once on the machine (more than 1: a slower wall time)
+    code_hash: str = ""  # `tfbook.claims_audit.code_hash` of the notebook run ("" when not recorded)
+    library_hash: str = ""  # `tfbook.claims_audit.library_hash` of the library it ran with ("" when not recorded)
 
 
 def notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
@@ -115,16 +117,18 @@ def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT
             count: bool = False) -> Result:
     """Execute one notebook in the full profile into ``scratch`` (under the operation counter if
     ``count``); never raises on claim failures."""
+    from tfbook.claims_audit import code_hash, library_hash
     from tfbook.notebooks import execute_notebook
 
     rel = path.relative_to(root)
     result = Result(str(rel), date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                    commit=_commit(root), torch=_torch_version())
+                    commit=_commit(root), torch=_torch_version(), library_hash=library_hash(root))
     out = scratch / rel
     out.parent.mkdir(parents=True, exist_ok=True)
     sink = out.with_suffix(".claims.jsonl")
     sink.unlink(missing_ok=True)
     nb = nbformat.read(path, as_version=4)
+    result.code_hash = code_hash(nb)
     nb.cells.append(nbformat.v4.new_code_cell(MEASURE))
     if count:
         nb.cells.insert(0, nbformat.v4.new_code_cell(COUNT))
@@ -277,15 +281,52 @@ def _claim_keys(notebook: dict) -> dict[tuple, bool]:
     return keyed
 
 
+def on_host(run: dict) -> bool:
+    """A run on a CUDA device that allocated no GPU memory: its full profile computed on the host's CPU, so it
+    is not a GPU run."""
+    return run.get("device", "").startswith("cuda") and not (run.get("peak_cuda_mib") or 0) > 0
+
+
+def comparable(a: dict, b: dict) -> bool:
+    """Two runs of one notebook with the same notebook code and library (both hashes recorded and equal)."""
+    return bool(a.get("code_hash") and a.get("library_hash")) and (
+        (a.get("code_hash"), a.get("library_hash")) == (b.get("code_hash"), b.get("library_hash")))
+
+
+Hashes = tuple[dict[str, str], str]  # notebook → code hash, and the library hash: the code as it is now
+
+
+def current_hashes(root: pathlib.Path = ROOT) -> Hashes:
+    """The code hash of every notebook of ``_toc.yml`` and the library hash, as the tree is now."""
+    from tfbook.claims_audit import code_hash, library_hash
+
+    return ({str(p.relative_to(root)): code_hash(nbformat.read(p, as_version=4)) for p in notebooks(root)},
+            library_hash(root))
+
+
+def code_state(run: dict, now: Optional[Hashes]) -> str:
+    """"current" when a run's notebook code and library are the tree's now, "changed" when either differs,
+    "unknown" when the run recorded no hashes (or ``now`` is None)."""
+    if now is None or not (run.get("code_hash") and run.get("library_hash")):
+        return "unknown"
+    same = run["code_hash"] == now[0].get(run["notebook"]) and run["library_hash"] == now[1]
+    return "current" if same else "changed"
+
+
+def _pairs(a: dict, b: dict) -> list[tuple[dict, dict]]:
+    """The runs of the notebooks both reports ran, as (run in a, run in b), GPU runs on the host left out."""
+    b_runs = {n["notebook"]: n for n in b["notebooks"] if n["status"] != "not run" and not on_host(n)}
+    return [(na, b_runs[na["notebook"]]) for na in a["notebooks"]
+            if na["status"] != "not run" and not on_host(na) and na["notebook"] in b_runs]
+
+
 def compare_reports(a: dict, b: dict) -> list[str]:
-    """The disagreements of two devices' reports on the notebooks both ran at the same commit: a claim
-    that holds on one and fails (or is missing) on the other, or a notebook that ran on one and raised
-    on the other."""
+    """The disagreements of two devices' reports on the notebooks both ran with the same code (`comparable`;
+    a GPU run that computed on the host is not compared): a claim that holds on one and fails (or is missing)
+    on the other, or a notebook that ran on one and raised on the other."""
     lines = []
-    b_runs = {n["notebook"]: n for n in b["notebooks"] if n["status"] != "not run"}
-    for na in a["notebooks"]:
-        nb = b_runs.get(na["notebook"])
-        if na["status"] == "not run" or nb is None or na.get("commit") != nb.get("commit"):
+    for na, nb in _pairs(a, b):
+        if not comparable(na, nb):
             continue
         if (na["status"] == "error") != (nb["status"] == "error"):
             lines.append(f"{na['notebook']}: {na['status']} on {a['device']}, {nb['status']} on {b['device']}")
@@ -345,10 +386,56 @@ def _md_table(rows: list[tuple[str, ...]]) -> list[str]:
         ["| " + " | ".join(row) + " |" for row in body]
 
 
+def _short(commit: Optional[str]) -> str:
+    """A commit as 7 hex digits (``+``: the run's tree had changes)."""
+    c = commit or "-"
+    return c.rstrip("+")[:7] + ("+" if c.endswith("+") else "")
+
+
+def _status(run: dict) -> str:
+    return run["status"] + (", on the host CPU" if on_host(run) else "")
+
+
+def where_section(reports: dict[str, dict], now: Optional[Hashes]) -> list[str]:
+    """Per notebook and device: the commit of its run there and whether the notebook's code and the library
+    have changed since (a GPU run that allocated no GPU memory is marked as run on the host CPU)."""
+    names = sorted(reports)
+    order: list[str] = []
+    for name in names:
+        order += [n["notebook"] for n in reports[name]["notebooks"] if n["notebook"] not in order]
+
+    def cell(run: Optional[dict]) -> str:
+        if run is None or run["status"] == "not run":
+            return "not run"
+        return f"{_short(run.get('commit'))} {code_state(run, now)}" + (", host CPU" if on_host(run) else "")
+
+    runs = {name: {n["notebook"]: n for n in reports[name]["notebooks"]} for name in names}
+    rows = [("notebook",) + tuple(names)]
+    rows += [(pathlib.PurePosixPath(nb).with_suffix("").as_posix().removeprefix("book/"),)
+             + tuple(cell(runs[name].get(nb)) for name in names) for nb in order]
+    gpu_names = [name for name in names if reports[name]["device"].startswith("cuda")]
+    counts = []
+    for name in gpu_names:
+        ran = [n for n in reports[name]["notebooks"] if n["status"] != "not run"]
+        on_gpu = [n for n in ran if not on_host(n)]
+        fresh = [n for n in on_gpu if code_state(n, now) == "current"]
+        counts.append(f"{name}: {len(on_gpu)} of {len(ran)} runs used the GPU (the others allocated no GPU memory "
+                      f"and computed on the host CPU), {len(fresh)} of them at the notebook's and the library's "
+                      "current code")
+    return (["## What ran where", "",
+             "Each cell gives the commit of a notebook's newest run on a device and whether its code cells and "
+             "the library (`tfbook`, less the book's tooling) are still what that run executed: *current*, "
+             "*changed* since, or *unknown* (an older run that recorded neither). A run on a GPU device that "
+             "allocated no GPU memory is marked *host CPU*: it computed on the machine's processor and counts "
+             "as no GPU run.", ""]
+            + _md_table(rows) + [""] + [f"- {line}." for line in counts] + ([""] if counts else []))
+
+
 def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
-                recorded: Optional[dict[str, dict]] = None) -> str:
+                recorded: Optional[dict[str, dict]] = None, now: Optional[Hashes] = None) -> str:
     """``book/full_results.md`` from the stored reports (name → report), the storage rows (None: not
-    measured) and the H100 estimates recorded in the notebooks' metadata (`recorded_estimates`)."""
+    measured), the H100 estimates recorded in the notebooks' metadata (`recorded_estimates`) and the code as it
+    is now (`current_hashes`; None: every run's state is unknown)."""
     out = ["# Full-profile results", "",
            "Every notebook of this book runs in two profiles. The pages show the *quick* profile: small sizes, "
            "on a CPU, so that the stored outputs can be checked on any machine. The *full* profile runs the same "
@@ -356,8 +443,9 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
            "`python -m tfbook.full --store NOTEBOOK...` for a part of the book). Each run is merged into the "
            "report of its device; this page renders those reports. A claim that fails in the full profile is "
            "recorded here, not hidden; a notebook that has not been run in the full profile on a device is "
-           "listed as not run. A peak GPU memory of 0 on a GPU device means that the notebook allocated nothing on "
-           "the GPU: its full profile still computes on the host's CPU. Wall times marked ‡ come from runs of "
+           "listed as not run. A run on a GPU device with a peak GPU memory of 0 allocated nothing on the GPU: its "
+           "full profile computed on the host's CPU, and it is marked so and not counted as a GPU run. Wall "
+           "times marked ‡ come from runs of "
            "several notebooks at once on one machine: they share its cores and GPU, so each is slower than alone.",
            ""]
     if not reports:
@@ -371,7 +459,7 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
                 f"{report['failed']} failed" + (f"; runs from {dates[0]} to {dates[-1]}" if dates else "")
                 + (f", torch {', '.join(torches)}" if torches else "") + ".", ""]
         rows = [("notebook", "status", "commit", "wall s", "peak RSS MiB", "peak GPU MiB", "held", "failed")]
-        rows += [(f"`{n['notebook']}`", n["status"], n.get("commit") or "-", _wall(n),
+        rows += [(f"`{n['notebook']}`", _status(n), _short(n.get("commit")), _wall(n),
                   _num(n["peak_rss_mib"]), _num(n["peak_cuda_mib"]), str(n["held"]), str(n["failed"]))
                  for n in ran]
         out += (_md_table(rows) if ran else []) + [""]
@@ -388,20 +476,24 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
     names = sorted(reports)
     if len(names) > 1:
         out += ["## Agreement between devices", "",
-                "On every notebook that two devices both ran at the same commit, each claim must hold on both or fail "
-                "on both. Runs of a notebook at different commits are not compared (its code may differ).", ""]
+                "On every notebook that two devices both ran with the same code (the notebook's code cells and the "
+                "library, as recorded by each run), each claim must hold on both or fail on both. Runs with "
+                "different or unrecorded code are not compared, and neither is a GPU run that computed on the "
+                "host CPU.", ""]
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 lines = compare_reports(reports[a], reports[b])
                 both = _both_ran(reports[a], reports[b])
-                other = len(_both_ran(reports[a], reports[b], same_commit=False)) - len(both)
+                other = len(_both_ran(reports[a], reports[b], same_code=False)) - len(both)
                 verdict = "every claim agrees" if not lines else f"{len(lines)} disagreements"
-                apart = f" ({other} more run on both at different commits)" if other else ""
+                apart = f" ({other} more run on both with different or unrecorded code)" if other else ""
                 pair = f"- {reports[a]['device']} and {reports[b]['device']}: "
-                out += ([pair + f"no notebook run on both at the same commit{apart}."] if not both else
-                        [pair + f"{len(both)} notebooks run on both at the same commit{apart}; {verdict}."]
+                out += ([pair + f"no notebook run on both with the same code{apart}."] if not both else
+                        [pair + f"{len(both)} notebooks run on both with the same code{apart}; {verdict}."]
                         + [f"  - {line}" for line in lines])
         out += [""]
+    if reports:
+        out += where_section(reports, now)
     out += estimates_section(reports, recorded or {})
     out += storage_section(storage)
     return "\n".join(out).rstrip() + "\n"
@@ -432,12 +524,12 @@ def h100_bounds(reports: dict[str, dict]) -> dict[str, float]:
 
 
 def _gpu_runs(reports: dict[str, dict], alone: bool = False) -> dict[str, dict]:
-    """Notebook → its newest plain (not counted) run on a GPU, from any stored report (``alone``: only runs
-    that had the machine to themselves)."""
+    """Notebook → its newest plain (not counted) run on a GPU that used it (`on_host`), from any stored report
+    (``alone``: only runs that had the machine to themselves)."""
     runs: dict[str, dict] = {}
     for report in reports.values():
         for n in report["notebooks"]:
-            if (n["status"] != "not run" and n.get("device", "").startswith("cuda") and not n.get("ops")
+            if (n["status"] != "not run" and n.get("device", "").startswith("cuda") and not on_host(n) and not n.get("ops")
                     and n["wall_s"] is not None and not (alone and n.get("concurrent", 1) > 1)
                     and n["date"] > runs.get(n["notebook"], {"date": ""})["date"]):
                 runs[n["notebook"]] = n
@@ -574,11 +666,10 @@ def stored_storage(reports: pathlib.Path = REPORTS) -> Optional[list[dict]]:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _both_ran(a: dict, b: dict, same_commit: bool = True) -> list[str]:
-    """The notebooks run on both devices (at the same commit, unless ``same_commit`` is False)."""
-    ran = {n["notebook"]: n.get("commit") for n in b["notebooks"] if n["status"] != "not run"}
-    return [n["notebook"] for n in a["notebooks"] if n["status"] != "not run" and n["notebook"] in ran
-            and (not same_commit or ran[n["notebook"]] == n.get("commit"))]
+def _both_ran(a: dict, b: dict, same_code: bool = True) -> list[str]:
+    """The notebooks run on both devices, GPU runs on the host left out (with the same code, unless
+    ``same_code`` is False)."""
+    return [na["notebook"] for na, nb in _pairs(a, b) if not same_code or comparable(na, nb)]
 
 
 def stored_reports(reports: pathlib.Path = REPORTS) -> dict[str, dict]:
@@ -608,7 +699,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.concurrent < 1:
         parser.error(f"--concurrent must be a positive number of notebooks, got {args.concurrent}")
     if args.page:
-        text = render_page(stored_reports(args.reports), stored_storage(args.reports), recorded_estimates())
+        text = render_page(stored_reports(args.reports), stored_storage(args.reports), recorded_estimates(),
+                           current_hashes())
         if args.check:
             return 0 if PAGE.exists() and PAGE.read_text() == text else 1
         PAGE.write_text(text)
