@@ -1,8 +1,6 @@
 """Core layers against a naive per-query, per-head reference written straight from the definitions."""
 import itertools
 import math
-import pathlib
-import re
 
 import pytest
 import torch
@@ -388,14 +386,3 @@ def test_weight_noise_is_seeded_uniform_on_every_entry_and_counted(monkeypatch):
 def test_sabotage_variables_are_validated(env, value, monkeypatch):
     with pytest.raises(ValueError, match=f"{env} must be a finite real number"):
         _sabotaged(monkeypatch, **{env: value})
-
-
-def test_no_chapter_module_or_notebook_reads_the_sabotage_machinery():
-    root = pathlib.Path(layers.__file__).resolve().parent.parent.parent
-    machinery = re.compile(r"TFBOOK_PERTURB|sabotage_hits|WeightNoise|PERTURB_ENV|WEIGHTS_ENV|layers\._(CORE|WEIGHTS)")
-    tools = {"notebooks.py", "full.py", "claims_audit.py"}  # the tools that run notebooks (tfbook/layers: the machinery)
-    paths = [p for p in (root / "tfbook").rglob("*.py")
-             if p.parent.name != "layers" and (p.name not in tools or p.parent.name != "tfbook")]
-    paths += sorted((root / "book").rglob("*.ipynb"))
-    assert len(paths) > 20
-    assert [str(p.relative_to(root)) for p in paths if machinery.search(p.read_text(encoding="utf-8"))] == []
