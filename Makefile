@@ -18,10 +18,14 @@ NBVAL := $(PY) tests/run_nbval.py -q -p no:cacheprovider -n $(JOBS) --dist loadf
 	--nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) --nbval-sanitize-with tests/nbval_sanitize.cfg
 # make book executes the notebooks into this copy (tfbook.notebooks build-copy), then builds the HTML from it.
 BOOK_SRC := _build/book_src
-# Other BLAS/kernel code paths, the way another CPU would take them (see README: test-portable).
+# Other BLAS/kernel code paths, the way another CPU would take them (see README: test-portable). Measured here
+# (AMD EPYC, AVX2): COMPATIBLE changes every MKL product (small and large mm, bmm, the Turing fleet's outputs) and
+# the generic ATen kernels change softmax; MKL_CBWR=AVX changes small mm and bmm only (as SSE4_2 does).
 PORTABLE := MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAPABILITY=default
+PORTABLE_AVX := MKL_CBWR=AVX OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+UNIT := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html and not mutation" --doctest-modules tests tfbook
 
-.PHONY: test unit nbval test-portable test-mutation test-claims claims-audit test-html book book-stored claims-page notebooks full \
+.PHONY: test unit nbval test-portable test-sabotage test-mutation test-claims claims-audit test-html book book-stored claims-page notebooks full \
 	full-estimate bench lab screenshots constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
@@ -34,14 +38,23 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 test: unit nbval
 
 unit: $(STAMP)
-	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html and not mutation" --doctest-modules tests tfbook
+	$(QUICK) OMP_NUM_THREADS=1 $(UNIT)
 
 nbval: $(STAMP)
 	$(QUICK) OMP_NUM_THREADS=1 $(NBVAL) $(NOTEBOOKS)
 
-## make test-portable: nbval again under other numerics (MKL compatible mode, one thread, generic kernels).
+## make test-portable: the unit suite and nbval again under two other numerics: MKL's compatible mode with one
+## thread and generic ATen kernels, then MKL's AVX code path.
 test-portable: $(STAMP)
+	$(QUICK) $(PORTABLE) $(UNIT)
 	$(QUICK) $(PORTABLE) $(NBVAL) $(NOTEBOOKS)
+	$(QUICK) $(PORTABLE_AVX) $(UNIT)
+	$(QUICK) $(PORTABLE_AVX) $(NBVAL) $(NOTEBOOKS)
+
+## make test-sabotage: every chapter's unit test file (tests/test_<chapter>*.py) run with the core sabotaged by
+## 1e-3 (TFBOOK_PERTURB_CORE) must fail at least one test, unless its docstring exempts it (tests/run_sabotage_check.py).
+test-sabotage: $(STAMP)
+	$(QUICK) OMP_NUM_THREADS=1 $(PY) tests/run_sabotage_check.py -n $(JOBS)
 
 ## make test-mutation: every construction notebook must fail a claim when the core is perturbed by 1e-3 (CI, until
 ## the stored claims audit below exists and test-claims replaces it).
