@@ -14,6 +14,7 @@ from tfbook.besov.program import FFLayer, Stream, emit_product
 from tfbook.claims import ClaimError, Claims
 from tfbook.device import DTYPE
 from tfbook.layers import Attention, FeedForward, Transformer, perturb
+from tests.numerics import assert_close_scaled
 
 
 def grid(a, b, n):
@@ -161,7 +162,9 @@ def test_transformer_matches_expansion_within_bound(N, l, d, m, m_q, gamma):
     assert err <= bound + 1e-12 * float(c.abs().sum())  # rounding when the bound is 0
     assert float(g.abs().max()) > 2 * bound  # the model that outputs 0 fails the bound
     H = model.embed(X)
-    assert torch.equal(model.transformer(H)[:, 0, model.out_index], model(X))
+    # the Transformer's forward and the construction's (which runs sparse feed-forward layers on columns)
+    assert_close_scaled(model.transformer(H)[:, 0, model.out_index], model(X),
+                        scale=float(c.abs().sum()) * model.sizes()["B"])
     assert H.shape == (X.shape[0], l, model.width)
     assert torch.equal(H[..., :d], X) and torch.equal(H[..., d:d + l], torch.eye(l, dtype=DTYPE).expand(len(X), -1, -1))
     assert float(H[..., d + l:].abs().max()) == 0.0
@@ -184,7 +187,9 @@ def test_the_position_gate_is_exact_at_every_level(level):
     model = bv.build_transformer(k, j, c, 1, 3, 1.0)
     g = bv.expansion(X, k, j, c, 1)
     assert float(g.abs().max()) > 0.5  # the samples meet the atoms' supports
-    assert torch.equal(model(X), g) and bv.error_bound(c, 1, 1, 1, 3, 1.0) == 0.0
+    # exact up to the last bits of the output sum (the gate's lost bits were 1.2e-10 at k = 20, far above this)
+    assert_close_scaled(model(X), g, scale=float(c.abs().sum()))
+    assert bv.error_bound(c, 1, 1, 1, 3, 1.0) == 0.0
     # l = 2 with a tight bound (gamma = 60, m_q = 20: 2.7e-12): the rounding of the gate used to exceed it from k = 8
     k2 = torch.full((3, 2, 1), level)
     j2 = torch.randint(0, 2**level - 1, (3, 2, 1), generator=gen)

@@ -1,4 +1,7 @@
-"""Least squares over hat dictionaries (tfbook.besov.estimation) and the scope calculators of rates."""
+"""Least squares over hat dictionaries (tfbook.besov.estimation) and the scope calculators of rates.
+
+Exempt from the core-sabotage check: nothing here runs through the core layers (a least-squares fit and formulas).
+"""
 from __future__ import annotations
 
 import math

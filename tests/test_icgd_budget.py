@@ -1,4 +1,7 @@
-"""The full profile of icgd/07 is one configuration on every device, sized to the H100 budget."""
+"""The full profile of icgd/07 is one configuration on every device, sized to the H100 budget.
+
+Exempt from the core-sabotage check: it counts operations and reads the notebook's settings; no construction is checked.
+"""
 from __future__ import annotations
 
 import ast

@@ -1,5 +1,8 @@
 """App. G experiment pieces (tfbook.icgd.experiments): the baselines against independent computations,
-ensemble training against training alone, the GD baseline's batching, and `run` / `summary` plumbing."""
+ensemble training against training alone, the GD baseline's batching, and `run` / `summary` plumbing.
+
+Exempt from the core-sabotage check: App. G trains plain PyTorch models, none built from the core layers.
+"""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,7 @@
-"""Theorem 1's transformer written from its non-zero entries: large stacked heads are never dense."""
+"""Theorem 1's transformer written from its non-zero entries: large stacked heads are never dense.
+
+Exempt from the core-sabotage check: it tests storage (sparse against dense entries, bytes, devices); tests/test_icgd.py checks the values.
+"""
 import json
 import subprocess
 import sys

@@ -1,7 +1,10 @@
 """Section 6's speed-ups keep the experiment's meaning: the CLS-only last layer of `TinyViT` is the
 encoder's CLS row, seeds trained together as one batched model are the seeds trained apart (and do
 not see each other), one batched predict call per step in `global_greedy_mask` is the per-candidate loop,
-and `masking_studies` is `masking_study` seed by seed."""
+and `masking_studies` is `masking_study` seed by seed.
+
+Exempt from the core-sabotage check: `TinyViT` is a trained PyTorch model, not built from the core layers.
+"""
 from __future__ import annotations
 
 import copy
@@ -12,6 +15,7 @@ import torch
 from tfbook import device
 from tfbook.seq2seq.masking import TinyViT, global_greedy_mask, train_classifier, train_classifiers
 from tfbook.seq2seq.masking_study import masking_studies, masking_study
+from tests.numerics import assert_close_scaled
 
 
 def _vit(seed: int, depth: int = 1, classes: int = 3) -> TinyViT:
@@ -97,7 +101,8 @@ def test_global_greedy_mask_is_the_per_candidate_search():
         assert int(order[t]) == left[best]
         current[:, :, left.pop(best)] = 0.5
         expected.append(scores[best])
-    assert torch.allclose(probs, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-14)
+    # one batched call against one call per candidate: other shapes, other summation orders of the logits
+    assert_close_scaled(probs, torch.tensor(expected, dtype=torch.float64), scale=float(W.abs().sum(1).max()))
 
 
 def test_masking_studies_is_masking_study_seed_by_seed():

@@ -11,6 +11,7 @@ value within 1/3 of a bit back to the bit. The read-out is F = 2 h_out - 1 in {-
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from typing import Sequence
 
@@ -154,8 +155,9 @@ class CircuitNetwork(Construction):
                 if getattr(layer, attr) is not None and (attr in ("W_1", "b_1") or name == last)]
 
     def l1_norm(self) -> float:
-        """||theta||_1 of the paper's parameters (the alpha of Theorem 3.1)."""
-        return float(sum(p.abs().sum() for _, p in self.theta()))
+        """||theta||_1 of the paper's parameters (the alpha of Theorem 3.1), summed exactly rounded (`math.fsum`):
+        the same float on every machine, whatever order a kernel would add in."""
+        return math.fsum(v for _, p in self.theta() for v in p.detach().abs().flatten().cpu().tolist())
 
     def forward(self, X: torch.Tensor, block_noise: float = 0.0, correct: bool = True, return_hidden: bool = False):
         """F (batch,) for 0/1 inputs X (batch, m). ``block_noise``: push every corrected block's output that far

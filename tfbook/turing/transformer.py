@@ -17,6 +17,7 @@ in the weights of A2.ff; the model keeps no reference to the machine it was buil
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
@@ -382,8 +383,9 @@ class TMTransformer(TMDecoder):
         return out
 
     def l1_norm(self, correction: bool = True) -> float:
-        """||theta||_1, the alpha of Lemma 2.4 (``correction=False`` leaves out the correction layers)."""
-        return float(sum(p.abs().sum() for _, p in self.theta(correction)))
+        """||theta||_1, the alpha of Lemma 2.4 (``correction=False`` leaves out the correction layers), summed exactly
+        rounded (`math.fsum`): the same float on every machine, whatever order a kernel would add in."""
+        return math.fsum(v for _, p in self.theta(correction) for v in p.detach().abs().flatten().cpu().tolist())
 
     def paper_sizes(self) -> Sizes:
         """The paper's w_TM = |Z| + 2|A| + 3 w_pos + w_scr with w_scr = 2|A| + w_pos + 3 (App. C)."""
