@@ -28,7 +28,8 @@ def _claim(ref: str, broken_by: list[str], kind: str = "construction") -> dict:
     return {"cell": "c1", "cell_index": 1, "ref": ref, "statement": f"{ref} statement", "occurrence": 1,
             "kind": kind, "measured": "1", "broken_by": broken_by, "not_reached": [],
             "outcome": {s: ("failed" if s in broken_by else "held") for s in ca.SABOTAGES},
-            "measured_under": {s: "2" for s in ca.SABOTAGES}}
+            "measured_under": {s: "2" for s in ca.SABOTAGES}, "bound": "1.5",
+            "bound_under": {s: "1.5" for s in ca.SABOTAGES}}
 
 
 def _audit(**entry) -> dict:
@@ -56,6 +57,24 @@ def test_a_run_the_executor_could_not_complete_fails_the_rules(status):
     assert failures == [f"{NB} [eps]: the executor could not run it ({status}: kernel died): no verdict on its claims"]
 
 
+def test_a_construction_bound_that_moves_under_a_sabotage_fails_unless_allowed():
+    audit = _audit()
+    claim = audit["notebooks"][NB]["claims"][0]
+    claim["bound_under"]["weights"] = "3.0"
+    name = f"{NB}, cell 1 (c1): Lemma 1: Lemma 1 statement"
+    assert ca.rules(audit, {}) == [
+        f"construction claim whose bound moves under a sabotage (stored 1.5, weights 3.0): {name}"]
+    key = ca.MOVING_BOUND + ca.allow_key(NB, claim)
+    assert ca.moving_bounds(audit) == {key: "colsym"} and ca.rules(audit, {key: "colsym"}) == []
+    claim["bound_under"]["weights"] = None  # not reached: no bound to compare
+    assert ca.rules(audit, {}) == []
+    assert ca.rules(audit, {key: "colsym"}) == [
+        f"allow-list entry matches no construction claim whose bound moves of colsym: {key}"]
+    paper = _audit()
+    paper["notebooks"][NB]["claims"][0].update(kind="paper", moved_under=[], bound_under={"zero": "9"})
+    assert ca.rules(paper, {}) == []  # the rule is about construction claims
+
+
 def test_a_claim_that_vanishes_from_the_fresh_run_is_a_difference():
     stored, fresh = _audit(), _audit()
     fresh["notebooks"][NB]["claims"].pop()
@@ -68,7 +87,7 @@ def test_a_claim_that_vanishes_from_the_fresh_run_is_a_difference():
 def test_the_stored_outputs_are_stale_when_a_claims_cell_is_gone(tmp_path: pathlib.Path):
     source = "c = 1"
     claim = {"cell": cl.cell_id(source), "ref": "Lemma 1", "statement": "s", "kind": "construction", "measured": "1",
-             "holds": True}
+             "bound": "2", "holds": True}
     record = cl.Claims("Tiny")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
     path = tmp_path / NB

@@ -21,6 +21,9 @@ Rules (``check``), each failure naming notebook, cell and claim:
 
 * a *construction* claim broken by no sabotage fails, unless it is on the allow-list
   (`ALLOW`, only for the chapters in `PAPER_CHAPTERS`);
+* a *construction* claim whose printed bound under a sabotage differs from its stored bound fails
+  (a bound must come from the paper's constants, settings or references computed without the core,
+  never from the sabotaged model), unless it is on the allow-list under ``moving-bound::``;
 * a claim of another kind (size, paper, experiment) whose printed measured value moves under
   ``zero`` or ``eps`` is mis-kinded and fails (compared with the stored value; for a table whose
   stored digits are not machine-stable, tagged ``nbval-ignore-output``, with the value under
@@ -56,6 +59,7 @@ The stored audit, `AUDIT` (``book/claims_audit.json``, one claim per line)::
                     "occurrence": 0, "kind": "construction", "measured": "<stored>",
                     "broken_by": ["zero", "eps"], "not_reached": [], "outcome": {"zero": "failed", ...},
                     "measured_under": {"zero": "0.5", "eps": "0.0156", "weights": null},
+                    "bound": "<stored>", "bound_under": {"zero": "0.01", "eps": "0.01", "weights": null},
                     "moved_under": ["zero"]  (claims of other kinds only)}, ...],
         "extra": [claims recorded under a sabotage that match no stored claim]}}}
 
@@ -66,7 +70,8 @@ fails when they differ from the stored audit (``run make claims-audit``).
 The allow-list, `ALLOW` (``tests/claims_audit_allow.json``): a JSON object mapping a claim's
 allow key, ``"<notebook>::<cell id>::<ref>::<statement>"`` (with ``::#<n>`` appended for the n-th,
 n >= 2, claim of the same cell, ref and statement), to its chapter (the notebook's folder under
-``book/``). It may only shrink: ``allow`` prunes entries that no longer match, ``allow --seed``
+``book/``); an unbroken claim is listed under its key, a claim whose bound moves under
+``moving-bound::<key>``. It may only shrink: ``allow`` prunes entries that no longer match, ``allow --seed``
 adds every unbroken construction claim of the paper chapters (once, when the list is introduced).
 
 Command line::
@@ -308,19 +313,20 @@ def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path 
     matched = {s: match(stored, run.claims) for s, run in runs.items()}
     claims = []
     for i, (c, key) in enumerate(zip(stored, keyed(stored))):
-        outcome, measured = {}, {}
+        outcome, measured, bounds = {}, {}, {}
         for s, run in runs.items():
             j = matched[s][0][i]
             if j is None:
                 outcome[s], measured[s] = ("missing" if run.status == "completed" else "not reached"), None
+                bounds[s] = None
             else:
                 ran = run.claims[j]
-                outcome[s], measured[s] = ("held" if ran["holds"] else "failed"), ran["measured"]
+                outcome[s], measured[s], bounds[s] = ("held" if ran["holds"] else "failed"), ran["measured"], ran["bound"]
         entry = {"cell": c.get("cell"), "cell_index": index.get(c.get("cell")), "ref": c["ref"],
                  "statement": c["statement"], "occurrence": key[3], "kind": c["kind"], "measured": c["measured"],
                  "broken_by": [s for s in runs if outcome[s] != "held"],
                  "not_reached": [s for s in runs if outcome[s] in ("not reached", "missing")],
-                 "outcome": outcome, "measured_under": measured}
+                 "outcome": outcome, "measured_under": measured, "bound": c["bound"], "bound_under": bounds}
         if c["kind"] != "construction":
             baseline = c["measured"]
             if c["unstable"] and measured.get("weights") is not None:
@@ -428,6 +434,20 @@ def _name(notebook: str, c: dict[str, Any]) -> str:
     return f"{notebook}, {where}: {c['ref']}: {c['statement']}"
 
 
+MOVING_BOUND = "moving-bound::"  # the allow-list prefix of a construction claim whose bound moves under a sabotage
+
+
+def moved_bound(c: dict[str, Any]) -> list[str]:
+    """The sabotages under which a claim's printed bound differs from its stored bound."""
+    return [s for s, b in c.get("bound_under", {}).items() if b is not None and b != c.get("bound")]
+
+
+def moving_bounds(audit: dict[str, Any]) -> dict[str, str]:
+    """The allow keys (``moving-bound::`` prefixed) of the construction claims whose bound moves, with chapters."""
+    return {MOVING_BOUND + allow_key(nb, c): entry["chapter"] for nb, entry in audit["notebooks"].items()
+            for c in entry["claims"] if c["kind"] == "construction" and moved_bound(c)}
+
+
 def unbroken(audit: dict[str, Any]) -> dict[str, str]:
     """The allow keys of the construction claims that no sabotage broke, with their chapters."""
     return {allow_key(nb, c): entry["chapter"] for nb, entry in audit["notebooks"].items()
@@ -467,6 +487,11 @@ def rules(audit: dict[str, Any], allow: dict[str, str], complete: bool = True) -
         for c in constr:
             if not c["broken_by"] and allow.get(allow_key(nb, c)) != entry["chapter"]:
                 failures.append(f"unbroken construction claim (held under {', '.join(SABOTAGES)}): {_name(nb, c)}")
+            moved = moved_bound(c)
+            if moved and allow.get(MOVING_BOUND + allow_key(nb, c)) != entry["chapter"]:
+                values = ", ".join(f"{s} {c['bound_under'][s]}" for s in moved)
+                failures.append(f"construction claim whose bound moves under a sabotage (stored {c['bound']}, "
+                                f"{values}): {_name(nb, c)}")
         for c in entry["claims"]:
             moved = [s for s in c.get("moved_under", []) if s in CORE_SABOTAGES]
             if c["kind"] != "construction" and moved:
@@ -478,15 +503,16 @@ def rules(audit: dict[str, Any], allow: dict[str, str], complete: bool = True) -
                 if not run.get("hits"):
                     failures.append(f"{nb}: sabotage {s} hit nothing ({HIT_COUNTER[s]} count {run.get('hits')}) "
                                     f"in a notebook with {len(constr)} construction claims")
-    survivors = unbroken(audit)
+    survivors = {**unbroken(audit), **moving_bounds(audit)}
     for key, chapter in allow.items():
-        notebook = key.split("::", 1)[0]
+        notebook = key.removeprefix(MOVING_BOUND).split("::", 1)[0]
+        what = "construction claim whose bound moves" if key.startswith(MOVING_BOUND) else "unbroken construction claim"
         if chapter not in PAPER_CHAPTERS:
             failures.append(f"allow-list entry for chapter {chapter!r}, not one of {PAPER_CHAPTERS}: {key}")
         elif not complete and notebook not in audit["notebooks"]:
             continue
         elif survivors.get(key) != chapter:
-            failures.append(f"allow-list entry matches no unbroken construction claim of {chapter}: {key}")
+            failures.append(f"allow-list entry matches no {what} of {chapter}: {key}")
     return failures
 
 
@@ -574,9 +600,9 @@ def _display(path: pathlib.Path, root: pathlib.Path) -> str:
 
 
 def write_allow(audit: dict[str, Any], path: pathlib.Path, seed: bool = False) -> dict[str, str]:
-    """Rewrite the allow-list: keep the entries that still name an unbroken claim of their chapter;
-    with ``seed``, add every unbroken construction claim of the paper chapters."""
-    survivors = unbroken(audit)
+    """Rewrite the allow-list: keep the entries that still name an unbroken claim (or a claim whose bound moves)
+    of their chapter; with ``seed``, add every unbroken construction claim of the paper chapters."""
+    survivors = {**unbroken(audit), **moving_bounds(audit)}
     allow = {k: v for k, v in load_allow(path).items() if survivors.get(k) == v}
     if seed:
         allow.update({k: v for k, v in survivors.items() if v in PAPER_CHAPTERS})

@@ -1,7 +1,10 @@
 """The error bounds of Lemmas 2-6, the per-step gradient error (D.7) and Corollary 1.1, with measured constants.
 
-`constants(...)` measures B_v, B_r, B_r', B_l on a prompt and its trajectory (the paper leaves them as
-symbols); the functions below evaluate the paper's formulas from them. P = max(sqrt K, sqrt dy).
+`constants(...)` measures B_v, B_r, B_r', B_l on a prompt and a trajectory (the paper leaves them as
+symbols); the functions below evaluate the paper's formulas from them. P = max(sqrt K, sqrt dy). A bound
+that a claim checks a built model against takes its constants from references computed without the core:
+the tables' errors in closed form (`table_errors`) and the exact GD trajectory (`verify.reference_gd`),
+never the transformer's own iterates, so that a broken transformer cannot enlarge its own bound.
 
 The sizes of Theorem 1 are registered paper formulas (`tfbook.claims.paper_formula`) in the paper's
 parameters only: `num_layers`, `attention_layers`, `ewml_layers`, `mlp_layers` (Theorem 1's
@@ -48,13 +51,15 @@ class Constants:
 
 
 def table_errors(act: str, loss: str, R: float, r_hat: ReluSum, dr_hat: ReluSum, u_hat, R_u: float):
-    """eps_r, eps_r', eps_l: sup errors of the tables on their ranges (0 for exact tables)."""
+    """eps_r, eps_r', eps_l: sup errors of the tables on their ranges (0 for exact tables), each table evaluated
+    in closed form from its coefficients, never through the core, so that a sabotaged core cannot move a bound."""
     a = activation(act)
     fine = 200001
-    eps_l = 0.0 if u_hat is None else sup_error(torch.tanh, u_hat, R_u, points=fine)
+    eps_l = 0.0 if u_hat is None else sup_error(torch.tanh, u_hat, R_u, points=fine, closed_form=True)
     if act == "relu":
         return 0.0, 0.0, eps_l
-    return sup_error(a.r, r_hat, R, points=fine), sup_error(a.dr, dr_hat, R, points=fine), eps_l
+    return (sup_error(a.r, r_hat, R, points=fine, closed_form=True),
+            sup_error(a.dr, dr_hat, R, points=fine, closed_form=True), eps_l)
 
 
 def constants(model, ws: torch.Tensor, X: torch.Tensor, Y: torch.Tensor,
