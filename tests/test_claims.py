@@ -333,3 +333,36 @@ def test_a_roundoff_claim_shows_the_side_of_its_bound():
     claims.check("L", "|f - x^2| up to rounding", 3e-17, 1e-12, roundoff=True)
     assert [c.measured for c in claims.items] == ["> -1e-15", "< 1e-12"]
     assert [c.bound for c in claims.items] == ["-1e-15", "1e-12"]
+
+
+def test_attempt_returns_the_fallback_only_when_recording(monkeypatch, capsys):
+    def refuse(radius: float) -> float:
+        if radius <= 0:
+            raise ValueError(f"radius must be > 0, got {radius}")
+        return 2 * radius
+
+    monkeypatch.delenv(cl.MODE_ENV, raising=False)
+    assert cl.attempt(refuse, 1.5) == 3.0
+    with pytest.raises(ValueError, match="radius must be > 0"):
+        cl.attempt(refuse, 0.0)
+    monkeypatch.setenv(cl.MODE_ENV, "record")
+    assert math.isnan(cl.attempt(refuse, 0.0)) and cl.attempt(refuse, radius=-1.0, fallback=None) is None
+    assert "refuse refused: radius must be > 0, got 0.0" in capsys.readouterr().out
+    with pytest.raises(TypeError):  # only the library's refusals (ValueError) are caught
+        cl.attempt(refuse, "x")
+
+
+def test_a_bound_not_below_its_trivial_scale_fails_the_claim_when_recording(monkeypatch, tmp_path):
+    sink = tmp_path / "sink.jsonl"
+    monkeypatch.setenv(cl.SINK_ENV, str(sink))
+    c = cl.Claims("T")
+    with pytest.raises(ValueError, match="not below the trivial scale"):
+        c.check("Lemma 1", "loose", 0.1, 2.0, trivial=1.0)
+    monkeypatch.setenv(cl.MODE_ENV, "record")
+    c.check("Lemma 1", "loose", 0.1, 2.0, trivial=1.0)  # recorded as failed, the run goes on
+    c.check("Lemma 1", "scale measured on a dead model", 0.1, 0.5, trivial=0.0)
+    with pytest.raises(ValueError, match="scale of an upper bound"):  # the caller's mistake still raises
+        c.check("Lemma 1", "lower bound with a scale", 0.1, 0.5, ">=", trivial=1.0)
+    assert [claim.holds for claim in c.items] == [False, False]
+    records = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert [r["holds"] for r in records] == [False, False] and records[0]["raw_bound"] == "2.0"

@@ -104,11 +104,17 @@ def test_sabotages_break_the_construction_and_stop_the_notebook(audited):
 def test_check_fails_on_unbroken_and_mis_kinded_claims(audited):
     root, audit = audited
     failures = ca.check(root / ca.AUDIT, root / ca.ALLOW, root=root, log=lambda *_: None)
-    assert len(failures) == 2, failures  # Lemma 5 is broken by zero: that run stopped before it
+    assert len(failures) == 6, failures
     assert failures[0].startswith(f"unbroken construction claim (held under zero, eps, weights): {NB}, cell 2 (")
     assert failures[0].endswith("Lemma 2: a constant that cannot fail")
-    assert failures[1].startswith("mis-kinded paper claim (its value moves: stored 2, zero 1, eps 2.00): ")
-    assert failures[1].endswith("Lemma 3: the first output")  # Lemma 4, a size claim, does not move
+    # full precision, against the run without a sabotage; Lemma 4, a size claim, does not move
+    assert failures[1].startswith("mis-kinded paper claim (its value moves: unsabotaged 2.0, zero 1.0, eps 2.001, weights 2.00")
+    assert failures[1].endswith("Lemma 3: the first output")
+    assert failures[2].startswith("construction claim broken only where a run stopped before it (zero): ")
+    assert failures[2].endswith("Lemma 5: reached only when the previous cell ran")
+    assert failures[3] == f"{NB} [zero]: the run stopped (error: RuntimeError: the model does nothing)"
+    assert failures[4:] == [f"{NB}: statement 'Lemma {n}': no construction claim fails under eps or weights (a 1e-3 "
+                            "sabotage)" for n in (2, 5)]  # Lemma 1 fails under both
 
 
 def test_allow_list_excuses_survivors_and_must_match(audited, tmp_path):
@@ -116,17 +122,20 @@ def test_allow_list_excuses_survivors_and_must_match(audited, tmp_path):
     allow = tmp_path / "allow.json"
     survivors = ca.unbroken(audit)
     assert len(survivors) == 1 and set(survivors.values()) == {"colsym"}
-    assert ca.write_allow(audit, allow, seed=True) == survivors
-    failures = ca.rules(audit, ca.load_allow(allow))
-    assert [f for f in failures if "unbroken" in f] == [] and len(failures) == 1  # the mis-kinded claim
+    found = {key: chapter for key, (chapter, _) in ca.violations(audit).items()}
+    assert sorted(k.split("::", 1)[0] for k in found) == [NB, "mis-kinded", "stop", "unreached", "zero-only",
+                                                          "zero-only"]
+    assert ca.write_allow(audit, allow, seed=True) == found
+    assert ca.rules(audit, ca.load_allow(allow)) == []  # every violation listed
     gone = f"{NB}::0123456789ab::Lemma 9::a claim that was made a real check"
-    allow.write_text(json.dumps({**survivors, gone: "colsym", next(iter(survivors)) + "::#2": "colsym"}))
+    allow.write_text(json.dumps({**found, gone: "colsym", next(iter(survivors)) + "::#2": "colsym"}))
     failures = ca.rules(audit, ca.load_allow(allow))
-    assert sum(f.startswith("allow-list entry matches no unbroken construction claim of colsym: ") for f in failures) == 2
+    assert sum(f.startswith("allow-list entry matches no violation of colsym: ") for f in failures) == 2
     assert any(f.endswith(gone) for f in failures)
-    assert ca.write_allow(audit, allow) == survivors  # pruned
+    assert ca.write_allow(audit, allow) == found  # pruned
     allow.write_text(json.dumps({k: "foundation" for k in survivors}))
-    assert all("not one of" in f or "unbroken" in f or "mis-kinded" in f for f in ca.rules(audit, ca.load_allow(allow)))
+    assert all("not one of" in f or "unbroken" in f or "mis-kinded" in f or "stop" in f or "sabotage" in f
+               for f in ca.rules(audit, ca.load_allow(allow)))
 
 
 def test_hashes_and_fresh_runs_are_compared(audited, tmp_path):
@@ -167,7 +176,7 @@ def test_sabotage_that_hits_nothing_fails(audited):
     for c in broken["notebooks"][NB]["claims"]:
         c["kind"] = "paper"
         c["moved_under"] = []
-    assert ca.rules(broken, {}) == []  # no construction claims: nothing to hit
+    assert [f for f in ca.rules(broken, {}) if "hit nothing" in f] == []  # no construction claims: nothing to hit
 
 
 def test_claims_page_shows_broken_by_and_counts(audited):

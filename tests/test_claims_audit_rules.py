@@ -36,7 +36,7 @@ def _audit(**entry) -> dict:
     """An audit of one notebook whose every claim is broken and every run completed (no rule fails)."""
     runs = {s: {"status": "completed", "seconds": 1.0, "hits": 3, "error": ""} for s in ca.SABOTAGES}
     base = {"chapter": "colsym", "code_hash": "c", "library_hash": "l", "timeout_s": 60, "stale_outputs": False,
-            "runs": runs, "claims": [_claim("Lemma 1", ["eps"]), _claim("Lemma 2", ["zero"])], "extra": []}
+            "runs": runs, "claims": [_claim("Lemma 1", ["eps"]), _claim("Lemma 2", ["zero", "weights"])], "extra": []}
     return {"schema": 1, "notebooks": {NB: {**base, **entry}}}
 
 
@@ -63,25 +63,37 @@ def test_a_construction_bound_that_moves_under_a_sabotage_fails_unless_allowed()
     claim["bound_under"]["weights"] = "3.0"
     name = f"{NB}, cell 1 (c1): Lemma 1: Lemma 1 statement"
     assert ca.rules(audit, {}) == [
-        f"construction claim whose bound moves under a sabotage (stored 1.5, weights 3.0): {name}"]
+        f"construction claim whose bound moves under a sabotage (unsabotaged 1.5, weights 3.0): {name}"]
     key = ca.MOVING_BOUND + ca.allow_key(NB, claim)
-    assert ca.moving_bounds(audit) == {key: "colsym"} and ca.rules(audit, {key: "colsym"}) == []
+    assert set(ca.violations(audit)) == {key} and ca.rules(audit, {key: "colsym"}) == []
     claim["bound_under"]["weights"] = None  # not reached: no bound to compare
     assert ca.rules(audit, {}) == []
-    assert ca.rules(audit, {key: "colsym"}) == [
-        f"allow-list entry matches no construction claim whose bound moves of colsym: {key}"]
+    assert ca.rules(audit, {key: "colsym"}) == [f"allow-list entry matches no violation of colsym: {key}"]
     paper = _audit()
     paper["notebooks"][NB]["claims"][0].update(kind="paper", moved_under=[], bound_under={"zero": "9"})
     assert ca.rules(paper, {}) == []  # the rule is about construction claims
+
+
+def test_a_statement_that_only_zero_breaks_fails_unless_allowed():
+    audit = _audit()
+    lemma2 = audit["notebooks"][NB]["claims"][1]
+    lemma2.update(broken_by=["zero"], outcome={"zero": "failed", "eps": "held", "weights": "held"})
+    key = f"{ca.ZERO_ONLY}{NB}::Lemma 2"
+    message = f"{NB}: statement 'Lemma 2': no construction claim fails under eps or weights (a 1e-3 sabotage)"
+    assert ca.rules(audit, {}) == [message] and ca.rules(audit, {key: "colsym"}) == []
+    lemma2["outcome"]["weights"] = "not reached"  # a claim not reached was not broken by the sabotage
+    assert ca.rules(audit, {}) == [message]
+    audit["notebooks"][NB]["claims"][0]["ref"] = "Lemma 2"  # a second claim of the statement, broken by eps
+    assert ca.rules(audit, {}) == []
 
 
 def test_a_claim_that_vanishes_from_the_fresh_run_is_a_difference():
     stored, fresh = _audit(), _audit()
     fresh["notebooks"][NB]["claims"].pop()
     assert ca.differences(stored, fresh) == [
-        f"{ca.allow_key(NB, _claim('Lemma 2', []))}: stored broken by ['zero'], fresh (no such claim)"]
+        f"{ca.allow_key(NB, _claim('Lemma 2', []))}: stored broken by ['zero', 'weights'], fresh (no such claim)"]
     assert ca.differences(fresh, stored) == [
-        f"{ca.allow_key(NB, _claim('Lemma 2', []))}: stored broken by (no such claim), fresh ['zero']"]
+        f"{ca.allow_key(NB, _claim('Lemma 2', []))}: stored broken by (no such claim), fresh ['zero', 'weights']"]
 
 
 def test_the_stored_outputs_are_stale_when_a_claims_cell_is_gone(tmp_path: pathlib.Path):

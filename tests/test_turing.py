@@ -445,3 +445,23 @@ def test_step_figure_draws_the_transformers_tape_and_scores():
     assert f"head at {ref.heads[9]}" in tape_ax.get_title() and len(fig.axes) == 3
     with pytest.raises(ValueError, match="layer must be one of"):
         tplots.step_figure(model, "0110", 9, "A1")
+
+
+def test_an_attack_on_a_model_already_on_the_boundary_is_radius_zero():
+    """A dead network (F = 0 on every input) is flipped without moving: radius 0, not an error."""
+    net = tg.build_circuit_network(tg.random_circuit(4, depth=2, width=3, seed=0))
+    X = tg.all_inputs(4)
+    with perturb(scale=0.0):
+        assert float(net(X).abs().max()) == 0.0
+        assert rb.circuit_parameter_attack(net, X, seeds=(0,)) == 0.0
+    assert rb.circuit_parameter_attack(net, X, seeds=(0,)) > 0.0
+
+
+@pytest.mark.parametrize("gamma", [0.0, -0.1, math.nan, math.inf])
+def test_cor_a1_refuses_a_margin_that_is_not_positive_and_finite(gamma):
+    """A NaN margin once gave n = 1 silently (NaN > eps is false) and 0 a ZeroDivisionError."""
+    from tfbook.turing import bounds as bd
+
+    assert bd.cor_a1_samples(10.0, 100, 0.1, 0.1) > 1
+    with pytest.raises(ValueError, match="gamma must be"):
+        bd.cor_a1_samples(10.0, 100, gamma, 0.1)

@@ -210,6 +210,38 @@ def mode() -> str:
     return value
 
 
+def attempt(fn: Callable[..., Any], *args: Any, fallback: Any = math.nan, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``; in record-only mode a `ValueError` (the library refusing an input its guarantee
+    does not cover, such as a certificate asked of weights that are not the construction's) returns
+    ``fallback`` (NaN by default) instead, so that the claims computed from it fail where they are reached
+    and the notebook goes on (the claims audit's sabotaged runs, the full profile). In raise mode the error
+    propagates. A refusal is printed, naming the function and the error.
+
+    >>> attempt(math.sqrt, 4.0)
+    2.0
+    """
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as exc:
+        if mode() != "record":
+            raise
+        print(f"tfbook.claims.attempt: {getattr(fn, '__name__', fn)!s} refused: {exc}")
+        return fallback
+
+
+def quotient(a: Real, b: Real) -> float:
+    """``a / b`` as a float that a broken model cannot turn into an exception: inf (with a's sign) where b is 0,
+    NaN for 0 / 0, so that a ratio of two measurements fails its claim instead of stopping the notebook.
+
+    >>> quotient(1, 4), quotient(1.0, 0.0), quotient(0.0, 0.0)
+    (0.25, inf, nan)
+    """
+    a, b = float(a), float(b)
+    if b == 0:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)
+    return a / b
+
+
 @dataclass(frozen=True)
 class Claim:
     """One executed claim, with its display strings (identical on every machine)."""
@@ -273,6 +305,13 @@ def _trivial(trivial: Any, bound: Value, relation: str, kind: str) -> tuple[str,
     if kind == "construction" and float(bound) >= float(trivial):
         raise ValueError(f"trivial: the bound {bound!r} is not below the trivial scale {trivial!r}: not a claim")
     return _fmt_bound(trivial), fmt(float(bound) / float(trivial), noise=0)
+
+
+def _is_argument_error(exc: ValueError) -> bool:
+    """A trivial scale of the wrong type or relation (the caller's mistake), not a value that a broken model can
+    produce (a bound not below its scale, a scale of 0 or NaN measured on the model)."""
+    text = str(exc)
+    return not ("not below the trivial scale" in text or "must be a positive finite real number" in text)
 
 
 def _ratio(measured: Value, bound: Value, shown_measured: str) -> str:
@@ -369,7 +408,12 @@ class Claims:
             raise ValueError("bound is required (or formula for a bound computed from a paper's formula)")
         measured, bound = _number(measured, "measured"), _number(bound, "bound")
         holds = _holds(measured, bound, relation, float(rtol))
-        shown_trivial, over = (None, None) if trivial is None else _trivial(trivial, bound, relation, kind)
+        try:
+            shown_trivial, over = (None, None) if trivial is None else _trivial(trivial, bound, relation, kind)
+        except ValueError as exc:  # recording: a bound that is no claim is a failed claim, and the run goes on
+            if mode() != "record" or _is_argument_error(exc):
+                raise
+            shown_trivial, over, holds = str(trivial), "-", False
         # a roundoff claim shows which side of its bound the value lies on, never its rounding digits
         side = ">" if relation in (">=", ">") else "<"
         shown = f"{side} {_fmt_bound(bound)}" if roundoff and holds else fmt(measured)
@@ -380,7 +424,8 @@ class Claims:
         sink = None if self.scratch else os.environ.get(SINK_ENV)
         if sink:  # every executed claim, in either mode: the audit reads them, the executor counts them
             with open(sink, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"title": self.title, **asdict(claim), "raw_measured": repr(measured)}) + "\n")
+                f.write(json.dumps({"title": self.title, **asdict(claim), "raw_measured": repr(measured),
+                                    "raw_bound": repr(bound)}) + "\n")
         if not holds and not recording:
             raise ClaimError(f"{ref}: {statement}: measured {measured!r} is not {relation} {bound!r}")
 

@@ -24,19 +24,29 @@ Rules (``check``), each failure naming notebook, cell and claim:
 * a *construction* claim whose printed bound under a sabotage differs from its stored bound fails
   (a bound must come from the paper's constants, settings or references computed without the core,
   never from the sabotaged model), unless it is on the allow-list under ``moving-bound::``;
-* a claim of another kind (size, paper, experiment) whose printed measured value moves under
-  ``zero`` or ``eps`` is mis-kinded and fails (compared with the stored value; for a table whose
-  stored digits are not machine-stable, tagged ``nbval-ignore-output``, with the value under
-  ``weights`` measured on the same machine);
+* a claim of another kind (size, experiment) whose measured value moves under ``zero`` or ``eps``,
+  or a *paper* claim whose value moves under any sabotage, is mis-kinded and fails. Values are
+  compared at full precision (``repr``) with the same claim's value in a run without a sabotage
+  (`BASELINE`, executed beside the three), whose kind is the one judged; a claim that run did not
+  reach is compared by its printed value with the stored one (for a table whose stored digits are not
+  machine-stable, tagged ``nbval-ignore-output``, with the value under ``weights``);
 * in a notebook with construction claims, a sabotage that hit nothing
   (`tfbook.layers.sabotage_hits`: zero layer calls or stored tensors changed) fails;
 * an allow-list entry that names no unbroken construction claim of its chapter fails;
-* stored outputs older than the notebook's code (a claim's cell id that no code cell has) fail.
+* stored outputs older than the notebook's code (a claim's cell id that no code cell has) fail;
+* a run without a sabotage that does not complete fails (no full-precision reference).
 
-A run that stops under a sabotage (a cell raised, or the run passed its timeout) breaks the claims
-it did not reach; ``check`` lists those stops apart (they are not failures by themselves). A run the
-executor could not complete (the kernel stalled on every attempt, or the executor raised) gives no
-verdict and fails.
+* a statement (a notebook's ``ref``) with construction claims none of which *fails* under ``eps``
+  or ``weights`` (a 1e-3 sabotage; only ``zero`` breaks it) fails, unless listed under
+  ``zero-only::<notebook>::<ref>``: a loose bound needs a tight claim beside it;
+* a run that stops under a sabotage (a cell raised, or the run passed its timeout) fails, and so does
+  a construction claim that only such stops "broke" (not reached, never judged): a notebook must go on
+  under a sabotage (a library's refusal inside `tfbook.claims.attempt` becomes NaN in record mode, a
+  bound refused by ``trivial=`` is recorded as failed), unless the allow-list names it under ``stop::``
+  or ``unreached::``.
+
+``check`` also lists the stops apart, with the claims each left unreached. A run the executor could
+not complete (the kernel stalled on every attempt, or the executor raised) gives no verdict and fails.
 
 Each execution goes through `tfbook.notebooks.execute_notebook`, two at a time (``--jobs``), on an
 in-memory copy of the notebook (outputs cleared) with one cell put first: it registers an IPython
@@ -52,15 +62,16 @@ The stored audit, `AUDIT` (``book/claims_audit.json``, one claim per line)::
     {"schema": 1, "sabotages": {"zero": {"TFBOOK_PERTURB_CORE": "-1"}, ...},
      "notebooks": {"book/ch/01.ipynb": {
         "chapter": "ch", "code_hash": "<sha256 of the code cells>", "library_hash": "<sha256 of tfbook/**/*.py>",
-        "timeout_s": 90, "stale_outputs": false,
+        "timeout_s": 90, "stale_outputs": false, "baseline": {"status": "completed", "seconds": 11.9, "error": ""},
         "runs": {"zero": {"status": "completed" | "error" | "timeout" | "stalled" | "crashed", "seconds": 12.3,
                           "hits": 140, "error": ""}, ...},
         "claims": [{"cell": "<12 hex>", "cell_index": 7, "ref": "Lemma 1", "statement": "...",
                     "occurrence": 0, "kind": "construction", "measured": "<stored>",
                     "broken_by": ["zero", "eps"], "not_reached": [], "outcome": {"zero": "failed", ...},
                     "measured_under": {"zero": "0.5", "eps": "0.0156", "weights": null},
-                    "bound": "<stored>", "bound_under": {"zero": "0.01", "eps": "0.01", "weights": null},
-                    "moved_under": ["zero"]  (claims of other kinds only)}, ...],
+                    "exact": true, "bound": "<repr, unsabotaged>", "bound_under": {"zero": "0.01", ...},
+                    "raw": "<repr, unsabotaged>", "raw_under": {"zero": "0.5", ...},
+                    "moved_under": ["zero"]  (raw and the rest: claims of other kinds only)}, ...],
         "extra": [claims recorded under a sabotage that match no stored claim]}}}
 
 ``code_hash`` hashes the notebook's code-cell sources, ``library_hash`` every ``tfbook/**/*.py``
@@ -70,9 +81,10 @@ fails when they differ from the stored audit (``run make claims-audit``).
 The allow-list, `ALLOW` (``tests/claims_audit_allow.json``): a JSON object mapping a claim's
 allow key, ``"<notebook>::<cell id>::<ref>::<statement>"`` (with ``::#<n>`` appended for the n-th,
 n >= 2, claim of the same cell, ref and statement), to its chapter (the notebook's folder under
-``book/``); an unbroken claim is listed under its key, a claim whose bound moves under
-``moving-bound::<key>``. It may only shrink: ``allow`` prunes entries that no longer match, ``allow --seed``
-adds every unbroken construction claim of the paper chapters (once, when the list is introduced).
+``book/``); an unbroken claim is listed under its key, the other violations under ``moving-bound::<key>``,
+``unreached::<key>``, ``mis-kinded::<key>``, ``stop::<notebook>::<sabotage>`` and
+``zero-only::<notebook>::<ref>``. It may only shrink: ``allow`` prunes entries that no longer match, ``allow --seed``
+adds every violation of the paper chapters (when a rule is introduced; the chapters' issues empty it).
 
 Command line::
 
@@ -84,7 +96,7 @@ Command line::
         ``--fresh`` (a run into a scratch file, as ``make test-claims`` does; its broken-by sets must
         equal the stored ones) or else to the stored audit. Exit 1 on any failure.
     python -m tfbook.claims_audit allow [--seed]
-        rewrite the allow-list from the stored audit (prune; ``--seed``: add the unbroken claims).
+        rewrite the allow-list from the stored audit (prune; ``--seed``: add every violation).
 
 ``make test-claims`` (CI) is ``run --output _build/claims_audit/audit.json`` then
 ``check --fresh`` that file; ``make claims-audit`` writes the stored audit and the claims page.
@@ -118,6 +130,9 @@ SABOTAGES: dict[str, dict[str, str]] = {
     "weights": {"TFBOOK_PERTURB_WEIGHTS": "1e-3"},
 }
 """The three sabotages, by name, with the environment each sets in the kernel."""
+BASELINE = "none"
+"""The run without a sabotage: its full-precision values and bounds, and each claim's kind, are what the
+sabotaged runs are compared with (printed digits would hide a small move)."""
 HIT_COUNTER = {"zero": "TFBOOK_PERTURB_CORE", "eps": "TFBOOK_PERTURB_CORE", "weights": "TFBOOK_PERTURB_WEIGHTS"}
 """The `tfbook.layers.sabotage_hits` count that tells whether each sabotage hit anything."""
 CORE_SABOTAGES = ("zero", "eps")
@@ -276,7 +291,7 @@ def run_one(path: pathlib.Path, sabotage: str, scratch: pathlib.Path, root: path
             deadline[0] = now + budget
         return max(1, int(math.ceil(deadline[0] - now)))
 
-    env = {**_ENV_BASE, "TFBOOK_CLAIMS_SINK": str(sink.resolve()), **SABOTAGES[sabotage]}
+    env = {**_ENV_BASE, "TFBOOK_CLAIMS_SINK": str(sink.resolve()), **SABOTAGES.get(sabotage, {})}
     start = time.perf_counter()
     try:
         execute_notebook(nb, path.resolve().parent, path=f"{rel} [{sabotage}]", env=env, timeout_func=remaining,
@@ -293,7 +308,7 @@ def run_one(path: pathlib.Path, sabotage: str, scratch: pathlib.Path, root: path
     run.seconds = time.perf_counter() - start
     if sink.exists():
         run.claims = [json.loads(line) for line in sink.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if hits_file.exists():
+    if hits_file.exists() and sabotage in HIT_COUNTER:
         run.hits = int(json.loads(hits_file.read_text()).get(HIT_COUNTER[sabotage], 0))
     log(f"tfbook.claims_audit: {rel} [{sabotage}]: {run.status} in {run.seconds:.1f} s, "
         f"{len(run.claims)} claims recorded, {run.hits} hits" + (f" ({run.error})" if run.error else ""))
@@ -301,8 +316,10 @@ def run_one(path: pathlib.Path, sabotage: str, scratch: pathlib.Path, root: path
 
 
 def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path = ROOT,
-                   library: Optional[str] = None) -> dict[str, Any]:
-    """The audit entry of one notebook from its stored claims and its runs under each sabotage."""
+                   library: Optional[str] = None, baseline: Optional[Run] = None) -> dict[str, Any]:
+    """The audit entry of one notebook from its stored claims, its runs under each sabotage and its run
+    without one (``baseline``: each claim's kind, full-precision value and bound; without it the printed
+    stored values are compared)."""
     nb = nbformat.read(path, as_version=4)
     rel = _relative(path, root)
     stored = stored_claims(nb)
@@ -311,27 +328,39 @@ def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path 
         if cell.cell_type == "code":
             index.setdefault(cell_id(cell.source), i)
     matched = {s: match(stored, run.claims) for s, run in runs.items()}
+    fresh_of = match(stored, baseline.claims)[0] if baseline is not None else [None] * len(stored)
     claims = []
     for i, (c, key) in enumerate(zip(stored, keyed(stored))):
-        outcome, measured, bounds = {}, {}, {}
+        fresh = None if fresh_of[i] is None else baseline.claims[fresh_of[i]]
+        # full precision from the baseline run, except for a roundoff claim: its value is rounding noise, and
+        # only the side of its bound it prints is fixed
+        exact = fresh is not None and "raw_bound" in fresh and not c.get("roundoff")
+        outcome, measured, bounds, raw = {}, {}, {}, {}
         for s, run in runs.items():
             j = matched[s][0][i]
             if j is None:
                 outcome[s], measured[s] = ("missing" if run.status == "completed" else "not reached"), None
-                bounds[s] = None
+                bounds[s] = raw[s] = None
             else:
                 ran = run.claims[j]
-                outcome[s], measured[s], bounds[s] = ("held" if ran["holds"] else "failed"), ran["measured"], ran["bound"]
+                outcome[s], measured[s] = ("held" if ran["holds"] else "failed"), ran["measured"]
+                bounds[s] = ran.get("raw_bound") if exact else ran["bound"]
+                raw[s] = ran.get("raw_measured") if exact else ran["measured"]
+        kind = fresh["kind"] if fresh is not None else c["kind"]
         entry = {"cell": c.get("cell"), "cell_index": index.get(c.get("cell")), "ref": c["ref"],
-                 "statement": c["statement"], "occurrence": key[3], "kind": c["kind"], "measured": c["measured"],
+                 "statement": c["statement"], "occurrence": key[3], "kind": kind, "measured": c["measured"],
                  "broken_by": [s for s in runs if outcome[s] != "held"],
                  "not_reached": [s for s in runs if outcome[s] in ("not reached", "missing")],
-                 "outcome": outcome, "measured_under": measured, "bound": c["bound"], "bound_under": bounds}
-        if c["kind"] != "construction":
-            baseline = c["measured"]
-            if c["unstable"] and measured.get("weights") is not None:
-                baseline = measured["weights"]  # stored digits are not machine-stable: same-machine value
-            entry["moved_under"] = [s for s in runs if measured[s] is not None and measured[s] != baseline]
+                 "outcome": outcome, "measured_under": measured,
+                 "exact": exact, "bound": fresh["raw_bound"] if exact else c["bound"], "bound_under": bounds}
+        if kind != "construction":
+            if exact:
+                reference, entry["raw"], entry["raw_under"] = fresh["raw_measured"], fresh["raw_measured"], raw
+            else:
+                reference = c["measured"]
+                if c["unstable"] and measured.get("weights") is not None:
+                    reference = measured["weights"]  # stored digits are not machine-stable: same-machine value
+            entry["moved_under"] = [s for s in runs if raw[s] is not None and raw[s] != reference]
         claims.append(entry)
     extra = [{"sabotage": s, "cell": run.claims[j].get("cell"), "ref": run.claims[j]["ref"],
               "statement": run.claims[j]["statement"]} for s, run in runs.items() for j in matched[s][1]]
@@ -343,6 +372,8 @@ def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path 
         "stale_outputs": any(c.get("cell") not in index for c in stored),
         "runs": {s: {"status": r.status, "seconds": round(r.seconds, 1), "hits": r.hits, "error": r.error}
                  for s, r in runs.items()},
+        "baseline": None if baseline is None else {"status": baseline.status, "seconds": round(baseline.seconds, 1),
+                                                   "error": baseline.error},
         "claims": claims,
         "extra": extra,
     }
@@ -361,12 +392,13 @@ def run_audit(paths: list[pathlib.Path], root: pathlib.Path = ROOT, jobs: int = 
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     scratch = scratch or root / SCRATCH
     budgets = {p: timeout_seconds(nbformat.read(p, as_version=4)) for p in paths}
-    tasks = sorted(((p, s) for p in paths for s in SABOTAGES), key=lambda t: -budgets[t[0]])
+    tasks = sorted(((p, s) for p in paths for s in (*SABOTAGES, BASELINE)), key=lambda t: -budgets[t[0]])
     with ThreadPoolExecutor(jobs) as pool:
         futures = {task: pool.submit(run_one, task[0], task[1], scratch, root, budgets[task[0]], log)
                    for task in tasks}
     library = library_hash(root)
-    return {_relative(p, root): audit_notebook(p, {s: futures[(p, s)].result() for s in SABOTAGES}, root, library)
+    return {_relative(p, root): audit_notebook(p, {s: futures[(p, s)].result() for s in SABOTAGES}, root, library,
+                                               futures[(p, BASELINE)].result())
             for p in paths}
 
 
@@ -434,18 +466,15 @@ def _name(notebook: str, c: dict[str, Any]) -> str:
     return f"{notebook}, {where}: {c['ref']}: {c['statement']}"
 
 
-MOVING_BOUND = "moving-bound::"  # the allow-list prefix of a construction claim whose bound moves under a sabotage
+MOVING_BOUND, UNREACHED, MIS_KINDED, STOP = "moving-bound::", "unreached::", "mis-kinded::", "stop::"
+ZERO_ONLY = "zero-only::"
+ALLOW_PREFIXES = (MOVING_BOUND, UNREACHED, MIS_KINDED, STOP, ZERO_ONLY)  # allow-list keys other than unbroken
+SMALL_SABOTAGES = ("eps", "weights")  # a 1e-3 change: every statement needs a claim one of them breaks
 
 
 def moved_bound(c: dict[str, Any]) -> list[str]:
     """The sabotages under which a claim's printed bound differs from its stored bound."""
     return [s for s, b in c.get("bound_under", {}).items() if b is not None and b != c.get("bound")]
-
-
-def moving_bounds(audit: dict[str, Any]) -> dict[str, str]:
-    """The allow keys (``moving-bound::`` prefixed) of the construction claims whose bound moves, with chapters."""
-    return {MOVING_BOUND + allow_key(nb, c): entry["chapter"] for nb, entry in audit["notebooks"].items()
-            for c in entry["claims"] if c["kind"] == "construction" and moved_bound(c)}
 
 
 def unbroken(audit: dict[str, Any]) -> dict[str, str]:
@@ -472,6 +501,55 @@ def staleness(audit: Optional[dict[str, Any]], root: pathlib.Path = ROOT) -> lis
     return out
 
 
+def _mis_kinded(c: dict[str, Any]) -> list[str]:
+    """The sabotages under which a claim that is not a construction claim moves, and must not."""
+    held_to = SABOTAGES if c["kind"] == "paper" else CORE_SABOTAGES  # a paper claim reads no model at all
+    return [s for s in c.get("moved_under", []) if s in held_to] if c["kind"] != "construction" else []
+
+
+def violations(audit: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Every violation the allow-list may excuse, by allow key: (chapter, what failed). Keys: an unbroken
+    construction claim's `allow_key`; ``moving-bound::``, ``unreached::`` (a construction claim that only
+    runs which stopped before it "broke") and ``mis-kinded::`` before a claim's key; ``stop::<notebook>::<sabotage>``
+    for a run that stopped."""
+    out: dict[str, tuple[str, str]] = {}
+    for nb, entry in audit["notebooks"].items():
+        chapter = entry["chapter"]
+        for c in entry["claims"]:
+            key, name = allow_key(nb, c), _name(nb, c)
+            if c["kind"] == "construction":
+                if not c["broken_by"]:
+                    out[key] = chapter, f"unbroken construction claim (held under {', '.join(SABOTAGES)}): {name}"
+                elif set(c["broken_by"]) <= set(c.get("not_reached", [])):
+                    out[UNREACHED + key] = chapter, (f"construction claim broken only where a run stopped before it "
+                                                     f"({', '.join(c['broken_by'])}): {name}")
+                moved = moved_bound(c)
+                if moved:
+                    values = ", ".join(f"{s} {c['bound_under'][s]}" for s in moved)
+                    out[MOVING_BOUND + key] = chapter, (f"construction claim whose bound moves under a sabotage "
+                                                        f"(unsabotaged {c['bound']}, {values}): {name}")
+            moved = _mis_kinded(c)
+            if moved:
+                under = c["raw_under"] if c.get("exact") else c["measured_under"]
+                values = ", ".join(f"{s} {under[s]}" for s in moved)
+                reference = "unsabotaged " + c["raw"] if c.get("exact") else "stored " + c["measured"]
+                out[MIS_KINDED + key] = chapter, (f"mis-kinded {c['kind']} claim (its value moves: {reference}, "
+                                                  f"{values}): {name}")
+        for s, run in entry["runs"].items():
+            if run["status"] in ("error", "timeout"):
+                out[f"{STOP}{nb}::{s}"] = chapter, f"{nb} [{s}]: the run stopped ({run['status']}: {run['error']})"
+        statements: dict[str, bool] = {}
+        for c in entry["claims"]:
+            if c["kind"] == "construction":
+                small = any(c["outcome"].get(s) == "failed" for s in SMALL_SABOTAGES)
+                statements[c["ref"]] = statements.get(c["ref"], False) or small
+        for ref, broken in statements.items():
+            if not broken:
+                out[f"{ZERO_ONLY}{nb}::{ref}"] = chapter, (f"{nb}: statement {ref!r}: no construction claim fails under "
+                                                           f"{' or '.join(SMALL_SABOTAGES)} (a 1e-3 sabotage)")
+    return out
+
+
 def rules(audit: dict[str, Any], allow: dict[str, str], complete: bool = True) -> list[str]:
     """The failures of an audit under the rules of the module docstring. ``complete``: the audit
     covers every notebook (else allow-list entries of notebooks it lacks are not judged)."""
@@ -481,38 +559,29 @@ def rules(audit: dict[str, Any], allow: dict[str, str], complete: bool = True) -
             if run["status"] in ("crashed", "stalled", "not run"):
                 failures.append(f"{nb} [{s}]: the executor could not run it ({run['status']}: {run['error']}): "
                                 f"no verdict on its claims")
+        base = entry.get("baseline")
+        if base is not None and base["status"] != "completed":
+            failures.append(f"{nb} [{BASELINE}]: the run without a sabotage did not complete ({base['status']}: "
+                            f"{base['error']}): no full-precision reference")
         if entry.get("stale_outputs"):
             failures.append(f"{nb}: stored claims come from cells the notebook no longer has: run make notebooks")
         constr = [c for c in entry["claims"] if c["kind"] == "construction"]
-        for c in constr:
-            if not c["broken_by"] and allow.get(allow_key(nb, c)) != entry["chapter"]:
-                failures.append(f"unbroken construction claim (held under {', '.join(SABOTAGES)}): {_name(nb, c)}")
-            moved = moved_bound(c)
-            if moved and allow.get(MOVING_BOUND + allow_key(nb, c)) != entry["chapter"]:
-                values = ", ".join(f"{s} {c['bound_under'][s]}" for s in moved)
-                failures.append(f"construction claim whose bound moves under a sabotage (stored {c['bound']}, "
-                                f"{values}): {_name(nb, c)}")
-        for c in entry["claims"]:
-            moved = [s for s in c.get("moved_under", []) if s in CORE_SABOTAGES]
-            if c["kind"] != "construction" and moved:
-                values = ", ".join(f"{s} {c['measured_under'][s]}" for s in moved)
-                failures.append(f"mis-kinded {c['kind']} claim (its value moves: stored {c['measured']}, {values}): "
-                                f"{_name(nb, c)}")
         if constr:
             for s, run in entry["runs"].items():
                 if not run.get("hits"):
                     failures.append(f"{nb}: sabotage {s} hit nothing ({HIT_COUNTER[s]} count {run.get('hits')}) "
                                     f"in a notebook with {len(constr)} construction claims")
-    survivors = {**unbroken(audit), **moving_bounds(audit)}
+    found = violations(audit)
+    failures += [what for key, (chapter, what) in found.items() if allow.get(key) != chapter]
     for key, chapter in allow.items():
-        notebook = key.removeprefix(MOVING_BOUND).split("::", 1)[0]
-        what = "construction claim whose bound moves" if key.startswith(MOVING_BOUND) else "unbroken construction claim"
+        bare = key.split("::", 1)[1] if key.startswith(ALLOW_PREFIXES) else key
+        notebook = bare.split("::", 1)[0]
         if chapter not in PAPER_CHAPTERS:
             failures.append(f"allow-list entry for chapter {chapter!r}, not one of {PAPER_CHAPTERS}: {key}")
         elif not complete and notebook not in audit["notebooks"]:
             continue
-        elif survivors.get(key) != chapter:
-            failures.append(f"allow-list entry matches no {what} of {chapter}: {key}")
+        elif found.get(key, ("",))[0] != chapter:
+            failures.append(f"allow-list entry matches no violation of {chapter}: {key}")
     return failures
 
 
@@ -600,9 +669,9 @@ def _display(path: pathlib.Path, root: pathlib.Path) -> str:
 
 
 def write_allow(audit: dict[str, Any], path: pathlib.Path, seed: bool = False) -> dict[str, str]:
-    """Rewrite the allow-list: keep the entries that still name an unbroken claim (or a claim whose bound moves)
-    of their chapter; with ``seed``, add every unbroken construction claim of the paper chapters."""
-    survivors = {**unbroken(audit), **moving_bounds(audit)}
+    """Rewrite the allow-list: keep the entries that still name a violation (`violations`) of their chapter;
+    with ``seed``, add every violation of the paper chapters."""
+    survivors = {key: chapter for key, (chapter, _) in violations(audit).items()}
     allow = {k: v for k, v in load_allow(path).items() if survivors.get(k) == v}
     if seed:
         allow.update({k: v for k, v in survivors.items() if v in PAPER_CHAPTERS})
@@ -622,7 +691,7 @@ def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:
     check_p.add_argument("--audit", type=pathlib.Path, default=root / AUDIT)
     check_p.add_argument("--fresh", type=pathlib.Path, default=None)
     check_p.add_argument("--allow", type=pathlib.Path, default=root / ALLOW)
-    allow_p = sub.add_parser("allow", help="prune the allow-list (--seed: add every unbroken claim)")
+    allow_p = sub.add_parser("allow", help="prune the allow-list (--seed: add every violation)")
     allow_p.add_argument("--seed", action="store_true")
     allow_p.add_argument("--audit", type=pathlib.Path, default=root / AUDIT)
     allow_p.add_argument("--allow", type=pathlib.Path, default=root / ALLOW)

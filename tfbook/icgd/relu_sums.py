@@ -114,7 +114,7 @@ def tailed_interpolant(g: Callable[[torch.Tensor], torch.Tensor], c: float, M: i
     right_slope = float(validate.real("right_slope", right_slope))
     core = interpolant(g, c, M - 1)
     h = 2 * c / (M - 1)
-    ends = core(torch.tensor([c - h, c], dtype=DTYPE))
+    ends = core.closed_form(torch.tensor([c - h, c], dtype=DTYPE))  # the table's design: never through the core
     last = float(ends[1] - ends[0]) / h
     a, coef = _unit_terms(torch.tensor([right_slope - last], dtype=DTYPE), torch.tensor([c], dtype=DTYPE))
     return ReluSum(torch.cat([core.a, a]), torch.cat([core.c, coef]))

@@ -26,12 +26,17 @@ def lemma24_samples(alpha: float, p: int, gamma: float, eps: float) -> float:
 
 def cor_a1_bound(alpha: float, p: int, gamma: float, n: int, delta: float = 0.01) -> float:
     """alpha sqrt(log p) / (gamma sqrt(n)) + (log(1/delta) + log n) / sqrt(n)."""
+    validate.real("alpha", alpha, low=0)
+    validate.real("gamma", gamma, low=0, low_open=True)
+    validate.real("delta", delta, low=0, low_open=True, high=1, high_open=True)
+    p = validate.positive_int("p", p)
     n = validate.positive_int("n", n)
     return alpha * math.sqrt(math.log(p)) / (gamma * math.sqrt(n)) + (math.log(1 / delta) + math.log(n)) / math.sqrt(n)
 
 
 def cor_a1_samples(alpha: float, p: int, gamma: float, eps: float, delta: float = 0.01) -> int:
     """The smallest n (by doubling, then bisection) with `cor_a1_bound` <= eps."""
+    validate.real("eps", eps, low=0, low_open=True)
     hi = 1
     while cor_a1_bound(alpha, p, gamma, hi, delta) > eps:
         hi *= 2

@@ -176,7 +176,8 @@ def attacked_radius(params: Sequence[torch.Tensor], signed_output: Callable[[], 
                     seeds: Sequence[int] = (0, 1, 2), steps: int = 40, shrink: float = 0.85) -> float:
     """An upper bound on min_x rho(theta, x, y): per seed, `pgd_flip` at ``start_radius``, then again at ``shrink``
     times the norm of each flip found (warm-started from it) until an attack fails; the smallest norm that flipped
-    an input, over the seeds (inf if none did)."""
+    an input, over the seeds (inf if none did; 0 when an input is already on the wrong side or on the boundary,
+    so that no perturbation is needed)."""
     validate.real("shrink", shrink, low=0, low_open=True, high=1, high_open=True)
     best = math.inf
     for seed in seeds:
@@ -186,6 +187,8 @@ def attacked_radius(params: Sequence[torch.Tensor], signed_output: Callable[[], 
             if found is None:
                 break
             best = min(best, _norm(found))
+            if best == 0:  # flipped without moving: the margin is 0 and no smaller radius exists
+                return 0.0
             radius, start = shrink * _norm(found), [shrink * d for d in found]
     return best
 
