@@ -87,9 +87,9 @@ def test_every_full_profile_fits_five_minutes_on_an_h100():
 
 
 def test_a_measured_h200_run_bounds_the_h100_time_only_when_it_ran_alone():
-    def run(device, wall, concurrent=1, date="2026-11-27 00:00 UTC"):
+    def run(device, wall, concurrent=1, date="2026-11-27 00:00 UTC", gpu_mib=64.0):
         return full.Result("book/x.ipynb", status="ok", device=device, wall_s=wall, date=date, commit="abc",
-                           concurrent=concurrent)
+                           concurrent=concurrent, peak_cuda_mib=gpu_mib if device.startswith("cuda") else None)
 
     every = ["book/x.ipynb"]
     h200 = full.merge_report(None, [run("cuda:0 (NVIDIA H200)", 100.0)], every)
@@ -100,6 +100,8 @@ def test_a_measured_h200_run_bounds_the_h100_time_only_when_it_ran_alone():
     assert full.h100_bounds({"g": shared}) == {}
     cpu = full.merge_report(None, [run("cpu (C, 1 threads)", 10.0)], every)
     assert full.h100_bounds({"c": cpu}) == {}
+    host = full.merge_report(None, [run("cuda:0 (NVIDIA H200)", 100.0, gpu_mib=0.0)], every)
+    assert full.h100_bounds({"g": host}) == {}  # it computed on the host CPU: no GPU measurement
 
 
 def test_an_extrapolated_estimate_is_shown_marked_with_its_method():
