@@ -635,3 +635,19 @@ def test_model_takes_float32_tokens_and_refuses_junk_naming_H():
     for junk in (["a"], "tokens", {"H": 1}):
         with pytest.raises(ValueError, match="H must be a real tensor"):
             m(junk)
+
+
+def test_a_tables_closed_form_is_its_core_layer_and_no_sabotage_moves_it():
+    """Bounds and design quantities (R, the tail) read the table's closed form: it equals the core layer to
+    roundoff, and a perturbed core changes the layer but not the closed form nor the bounds' tables errors."""
+    from tests.numerics import assert_close_scaled
+
+    rs = interpolant(torch.tanh, 3.0, 32)
+    t = torch.linspace(-4, 4, 801, dtype=DTYPE)
+    exact = rs.closed_form(t)
+    assert_close_scaled(exact, rs(t), scale=float(rs.c.abs().sum()) * 5)  # |a . [t; 1]| <= 4 + 1
+    eps = Bd.table_errors("tanh", "squared", 3.0, rs, rs, None, 1.0)
+    with perturb(scale=1.001):
+        assert float((rs(t) - exact).abs().max()) > 1e-4
+        assert torch.equal(rs.closed_form(t), exact)  # the same code path, untouched by the core
+        assert Bd.table_errors("tanh", "squared", 3.0, rs, rs, None, 1.0) == eps
