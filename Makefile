@@ -16,9 +16,9 @@ QUICK := TFBOOK_PROFILE=quick
 NBVAL_CELL_TIMEOUT ?= 210
 NBVAL := $(PY) tests/run_nbval.py -q -p no:cacheprovider -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
 	--nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) --nbval-sanitize-with tests/nbval_sanitize.cfg
-# make book executes the notebooks into this copy (tfbook.notebooks build-copy), then builds the HTML from it.
+# make book executes the notebooks into this copy (tfbook.build.notebooks build-copy), then builds the HTML from it.
 BOOK_SRC := _build/book_src
-# Other BLAS/kernel code paths, the way another CPU would take them (see README: test-portable). Measured here
+# Other BLAS/kernel code paths, the way another CPU would take them (see CONTRIBUTING.md: test-portable). Measured here
 # (AMD EPYC, AVX2): COMPATIBLE changes every MKL product (small and large mm, bmm, the Turing fleet's outputs) and
 # the generic ATen kernels change softmax; MKL_CBWR=AVX changes small mm and bmm only (as SSE4_2 does).
 PORTABLE := MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAPABILITY=default
@@ -64,27 +64,27 @@ test-sabotage: $(STAMP)
 test-mutation: $(STAMP)
 	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m mutation tests/book
 
-## make test-claims: every notebook under three sabotages of the core (zero, eps, weights; tfbook.claims_audit),
+## make test-claims: every notebook under three sabotages of the core (zero, eps, weights; tfbook.build.claims_audit),
 ## $(JOBS) runs at a time, into a scratch audit; then every construction claim must be broken by a sabotage (or be
 ## on tests/claims_audit_allow.json), no other claim may move, and book/claims_audit.json must be current and agree.
 test-claims: $(STAMP)
-	$(PY) -m tfbook.claims_audit run --jobs $(JOBS) --output _build/claims_audit/audit.json
-	$(PY) -m tfbook.claims_audit check --fresh _build/claims_audit/audit.json
+	$(PY) -m tfbook.build.claims_audit run --jobs $(JOBS) --output _build/claims_audit/audit.json
+	$(PY) -m tfbook.build.claims_audit check --fresh _build/claims_audit/audit.json
 
 ## make claims-audit: the same runs into the stored audit, book/claims_audit.json, and the claims page (commit both).
 claims-audit: $(STAMP)
-	$(PY) -m tfbook.claims_audit run --jobs $(JOBS)
-	$(PY) -m tfbook.claims_page
+	$(PY) -m tfbook.build.claims_audit run --jobs $(JOBS)
+	$(PY) -m tfbook.build.claims_page
 
 ## make test-html: the rendered book (after `make book-stored`): no reprs, no long lines, images, titles, TOC.
 test-html: $(STAMP)
 	test -f _build/html/index.html || { echo "run make book-stored first"; exit 1; }
 	$(PY) -m pytest -q -p no:cacheprovider -m html tests/test_html.py
 
-## make book: execute every notebook ($(JOBS) at a time, tfbook.notebooks' executor) into a build copy, then
+## make book: execute every notebook ($(JOBS) at a time, tfbook.build.notebooks' executor) into a build copy, then
 ## build the HTML book in _build/html from that copy; the stored notebooks are not touched.
 book: $(STAMP)
-	$(PY) -m tfbook.notebooks build-copy --jobs $(JOBS) $(BOOK_SRC)
+	$(PY) -m tfbook.build.notebooks build-copy --jobs $(JOBS) $(BOOK_SRC)
 	$(VENV)/bin/jupyter-book build $(BOOK_SRC) --path-output . --keep-going
 
 ## make book-stored: build from the stored outputs (no execution), warnings as errors (CI).
@@ -93,21 +93,21 @@ book-stored: $(STAMP) claims-page
 
 ## make claims-page: regenerate book/claims.md (every claim of the book) from the stored outputs.
 claims-page: $(STAMP)
-	$(PY) -m tfbook.claims_page
+	$(PY) -m tfbook.build.claims_page
 
 ## make notebooks: re-execute every notebook in place (quick profile), store outputs, regenerate claims page.
 notebooks: $(STAMP)
-	$(QUICK) $(PY) -m tfbook.notebooks execute --jobs $(JOBS) $(NOTEBOOKS)
+	$(QUICK) $(PY) -m tfbook.build.notebooks execute --jobs $(JOBS) $(NOTEBOOKS)
 
 ## make full: every notebook in the full profile into _build/full (stored outputs untouched), with a report.
 full: $(STAMP)
-	$(PY) -m tfbook.full
+	$(PY) -m tfbook.build.full
 
 full-estimate: $(STAMP)
-	$(PY) -m tfbook.full --estimate
+	$(PY) -m tfbook.build.full --estimate
 
 bench: $(STAMP)
-	$(PY) -m tfbook.bench
+	$(PY) -m tfbook.build.bench
 
 ## make lab: JupyterLab in the venv (requirements-lab.txt), opened on the book's folder.
 lab: $(STAMP)

@@ -16,7 +16,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tfbook.claims_page import toc_chapters  # noqa: E402
+from tfbook.build.claims_page import toc_chapters  # noqa: E402
 
 WIDTHS = {"desktop": (1400, 2400), "phone": (412, 2400)}
 

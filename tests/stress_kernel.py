@@ -5,7 +5,7 @@ counts stalls at execution (a request the kernel never answers) and at kernel sh
 
     .venv/bin/python tests/stress_kernel.py --executor tfbook --executions 200 --jobs 2 --hogs 2
 
-``--executor tfbook`` runs each execution through `tfbook.notebooks.execute_notebook` (the project's
+``--executor tfbook`` runs each execution through `tfbook.build.notebooks.execute_notebook` (the project's
 executor: missed socket wake-ups delivered, stall detection, fresh-kernel restarts, bounded shutdown)
 and reads its restarts, stall reports and delivered wake-ups. ``--executor plain`` is the executor the project had before it: `nbclient.NotebookClient` on
 the ``python3`` kernelspec with the default shutdown. A cell that takes ``PLAIN_CELL_LIMIT_S`` or more
@@ -100,7 +100,7 @@ def run_plain(path: pathlib.Path) -> dict:
 def run_tfbook(path: pathlib.Path) -> dict:
     import nbformat
 
-    from tfbook import notebooks
+    from tfbook.build import notebooks
 
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()

@@ -1,11 +1,12 @@
-"""Dense against sparse storage (`python -m tfbook.bench --storage`): the comparison and its page section."""
+"""Dense against sparse storage (`python -m tfbook.build.bench --storage`): the comparison and its page section."""
 import json
 import math
 
 import pytest
 import torch
 
-from tfbook import bench, bench_core, full, layers
+from tfbook import layers
+from tfbook.build import bench_core, full
 from tfbook.device import DTYPE
 from tfbook.layers import FeedForward
 
@@ -24,7 +25,7 @@ def _build(device: torch.device):
     return FeedForward(_sparse_matrix(1), None, _sparse_matrix(2), None).to(device), H
 
 
-TOY = bench.Benchmark("toy: sparse feed-forward, D = 64", _build, lambda state: state[0](state[1]), "tokens", 32)
+TOY = bench_core.Benchmark("toy: sparse feed-forward, D = 64", _build, lambda state: state[0](state[1]), "tokens", 32)
 
 
 def _perturb(core: list) -> None:
@@ -61,7 +62,7 @@ def test_storage_patches_the_thresholds_and_restores_them():
 
 
 def test_a_bench_without_core_layers_is_skipped():
-    plain = bench.Benchmark("toy: 8x8 matmul", lambda dev: torch.eye(8, device=dev), lambda m: m @ m)
+    plain = bench_core.Benchmark("toy: 8x8 matmul", lambda dev: torch.eye(8, device=dev), lambda m: m @ m)
     assert bench_core.compare_storage(plain, repeats=1) is None
 
 
@@ -74,11 +75,10 @@ def test_relative_gap_of_nested_results():
 
 
 def test_storage_table_stores_every_row(tmp_path, monkeypatch):
-    broken = bench.Benchmark("toy: raises", lambda dev: 1 / 0, lambda state: state)
-    monkeypatch.setattr(bench, "load_chapters", lambda: {TOY.name: TOY, broken.name: broken})
+    broken = bench_core.Benchmark("toy: raises", lambda dev: 1 / 0, lambda state: state)
     monkeypatch.setattr(bench_core, "EXTRA_CASES", [])
     monkeypatch.setattr(full, "STORAGE", tmp_path / "storage.json")
-    rows = bench_core.storage_table(store=True, repeats=1)
+    rows = bench_core.storage_table({TOY.name: TOY, broken.name: broken}, store=True, repeats=1)
     stored = json.loads((tmp_path / "storage.json").read_text())
     assert [r["name"] for r in stored] == [TOY.name, broken.name] == [r["name"] for r in rows]
     assert stored[0]["ok"] and not stored[1]["ok"] and "ZeroDivisionError" in stored[1]["error"]

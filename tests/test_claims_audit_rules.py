@@ -14,13 +14,14 @@ import pytest
 
 import tfbook
 from tfbook import claims as cl
-from tfbook import claims_audit as ca
+from tfbook.build import claims_audit as ca
 from tfbook.layers import hooks
 
 NB = "book/colsym/01_tiny.ipynb"
 ROOT = pathlib.Path(tfbook.__file__).resolve().parent.parent
-# where the sabotage machinery may be named: the core that holds it and the audit that switches it on
-MAY_READ_HOOKS = ("tfbook/layers/", "tfbook/claims_audit.py")
+# where the sabotage machinery may be named: the core that holds it and the audit that switches it on (and names its
+# sabotages in the stored audit's file)
+MAY_READ_HOOKS = ("tfbook/layers/", "tfbook/build/claims_audit.py", "tfbook/build/audit_file.py")
 MACHINERY = {"sabotage_hits", "WeightNoise", "PERTURB_ENV", "WEIGHTS_ENV"}  # its public names, for the audit alone
 
 
@@ -133,7 +134,10 @@ def test_the_library_hash_covers_every_subpackage(tmp_path: pathlib.Path):
     assert ca.library_hash(tmp_path) != before
     deep.write_text("X = 1\n")
     assert ca.library_hash(tmp_path) == before
-    (tmp_path / "tfbook" / ca.TOOLING[0]).write_text("Z = 1\n")  # tooling no notebook imports is left out
+    machinery = tmp_path / "tfbook" / ca.TOOLING / "runner" / "module.py"  # tfbook/build/, which no notebook
+    machinery.parent.mkdir(parents=True)                                     # imports, is left out
+    machinery.write_text("Z = 1\n")
+    (machinery.parent.parent / "__init__.py").write_text("W = 1\n")
     assert ca.library_hash(tmp_path) == before
 
 
@@ -216,7 +220,7 @@ def test_no_imported_module_outside_the_core_and_the_audit_holds_the_hooks():
     private = {id(getattr(hooks, n)) for n in _hooks_private_names() if isinstance(getattr(hooks, n), (list, dict))}
     held = {}
     for info in pkgutil.walk_packages(tfbook.__path__, "tfbook."):
-        if info.name.startswith("tfbook.layers") or info.name == "tfbook.claims_audit":
+        if info.name.startswith("tfbook.layers") or info.name == "tfbook.build.claims_audit":
             continue
         module = importlib.import_module(info.name)
         refs = [name for name, value in vars(module).items() if value is hooks or id(value) in private]

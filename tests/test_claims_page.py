@@ -5,13 +5,14 @@ import pathlib
 import nbformat
 
 from tfbook import claims as cl
-from tfbook import claims_page
+from tfbook.build import claims_page
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_stored_page_is_up_to_date():
-    assert claims_page.main(["--check"]) == 0, "run `python -m tfbook.claims_page` (or make notebooks) and commit book/claims.md"
+    assert claims_page.main(["--check"]) == 0, \
+        "run `python -m tfbook.build.claims_page` (or make notebooks) and commit book/claims.md"
 
 
 def _notebook_with_records(path: pathlib.Path) -> None:
@@ -94,7 +95,7 @@ def test_page_shows_the_claims_audit(tmp_path):
 
 
 def test_statement_index_lists_titled_blocks_with_their_labels(tmp_path):
-    from tfbook import statements_page
+    from tfbook.build import statements_page
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell(
@@ -113,7 +114,7 @@ def test_statement_index_lists_titled_blocks_with_their_labels(tmp_path):
 
 
 def test_run_page_lists_every_notebook_with_its_recorded_times(tmp_path):
-    from tfbook import repository, run_page
+    from tfbook.build import repository, run_page
 
     nb = nbformat.v4.new_notebook()
     nb.metadata["tfbook"] = {"quick_seconds": 42, "full_seconds_cpu": 600, "full_seconds_gpu": 90,

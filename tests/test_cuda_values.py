@@ -96,10 +96,10 @@ def test_foundation_slot_model_sizes():
 # --- bench (tests/test_device.py) ----------------------------------------------------------------------
 def test_bench_palindrome_transformer():
     """test_device: "turing: palindrome transformer, T=64, batch 32" (the bench case itself)."""
-    from tfbook import bench
-    import tfbook.turing  # noqa: F401  (registers the case)
+    from tfbook.build import bench_core
+    import tfbook.turing
 
-    case = bench.REGISTRY["turing: palindrome transformer, T=64, batch 32"]
+    case = bench_core.as_benchmarks(tfbook.turing.bench_cases())["turing: palindrome transformer, T=64, batch 32"]
     dev, cpu = case.forward(case.build(DEV)), case.forward(case.build(CPU))
     assert on(CPU, dev.outputs, dev.writes, dev.F)  # the Trace comes back on the CPU
     assert same_tensor(dev.outputs, cpu.outputs) and same_tensor(dev.writes, cpu.writes)

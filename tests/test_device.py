@@ -67,15 +67,9 @@ def _tensors(out):
 
 
 def _bench_cases():
-    import tfbook.besov  # noqa: F401  (every chapter registers its bench constructions on import)
-    import tfbook.colsym  # noqa: F401
-    import tfbook.foundation  # noqa: F401
-    import tfbook.icgd  # noqa: F401
-    import tfbook.seq2seq  # noqa: F401
-    import tfbook.turing  # noqa: F401
-    from tfbook import bench
+    from tfbook.build import bench
 
-    return bench.REGISTRY
+    return bench.load_cases()  # the core's cases and every chapter's bench_cases()
 
 
 @pytest.mark.parametrize("name", sorted(_bench_cases()))

@@ -1,4 +1,4 @@
-"""The notebook executor (`tfbook.notebooks.execute_notebook`): kernels that are made to stall are
+"""The notebook executor (`tfbook.build.notebooks.execute_notebook`): kernels that are made to stall are
 detected and the notebook reruns in a fresh kernel; silent computation is not a stall; a notebook
 that really fails still fails; shutdown is bounded and leaves no process behind."""
 import os
@@ -11,7 +11,7 @@ import psutil
 import pytest
 from nbclient.exceptions import CellExecutionError
 
-from tfbook import notebooks
+from tfbook.build import notebooks
 
 pytestmark = pytest.mark.slow
 STALL_S = 2.0  # short stall threshold so the tests run in seconds
@@ -35,7 +35,7 @@ def test_kernel_runs_on_this_interpreter_and_one_line_is_printed(tmp_path):
     result, lines = run(notebook("import sys; print(sys.executable)", "print(6 * 7)"), tmp_path)
     assert text(result.nb.cells[0]).strip() == sys.executable
     assert text(result.nb.cells[1]) == "42\n" and result.restarts == 0 and result.stalls == []
-    assert len(lines) == 1 and lines[0].startswith("tfbook.notebooks: executed test.ipynb in ")
+    assert len(lines) == 1 and lines[0].startswith("tfbook.build.notebooks: executed test.ipynb in ")
     assert lines[0].endswith(" s, restarts 0")
 
 

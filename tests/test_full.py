@@ -4,7 +4,7 @@ import json
 import nbformat
 import pytest
 
-from tfbook import claims_audit, full
+from tfbook.build import claims_audit, full
 
 
 def results():
@@ -114,7 +114,8 @@ def test_compare_finds_a_claim_that_holds_on_one_device_only():
 
 
 def test_stored_page_is_up_to_date():
-    assert full.main(["--page", "--check"]) == 0, "run `python -m tfbook.full --page` and commit book/full_results.md"
+    assert full.main(["--page", "--check"]) == 0, \
+        "run `python -m tfbook.build.full --page` and commit book/full_results.md"
 
 
 def test_a_concurrent_gpu_run_is_marked_and_set_against_the_estimate():
@@ -136,12 +137,12 @@ def test_a_concurrent_gpu_run_is_marked_and_set_against_the_estimate():
 
 def test_a_notebook_that_dies_without_a_message_is_reported_not_raised(tmp_path, monkeypatch):
     """A kernel killed mid-run ends in an AssertionError with no text inside nbclient's cleanup."""
-    import tfbook.notebooks
+    import tfbook.build.notebooks
 
     def die(*args, **kwargs):
         raise AssertionError()
 
-    monkeypatch.setattr(tfbook.notebooks, "execute_notebook", die)
+    monkeypatch.setattr(tfbook.build.notebooks, "execute_notebook", die)
     root = tmp_path / "repo"
     (root / "book").mkdir(parents=True)
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), root / "book" / "n.ipynb")

@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from tfbook.claims_page import toc_chapters
+from tfbook.build.claims_page import toc_chapters
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
@@ -118,7 +118,7 @@ def built():
 
 @pytest.mark.parametrize("name", pages())
 def test_no_page_links_to_an_unpublished_repository(name):
-    from tfbook.repository import settings
+    from tfbook.build.repository import settings
 
     repo = settings(ROOT / "_config.yml")
     if repo.public:

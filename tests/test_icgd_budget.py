@@ -11,7 +11,7 @@ from dataclasses import replace
 import nbformat
 
 from tfbook.icgd import experiments as ex
-from tfbook.opcount import OpCounter
+from tfbook.build.opcount import OpCounter
 
 NB = pathlib.Path(__file__).resolve().parents[1] / "book" / "icgd" / "07_icl_experiments.ipynb"
 

@@ -5,8 +5,8 @@ import re
 import nbformat
 import pytest
 
-from tfbook import notebooks, repository
-from tfbook.claims_page import toc_chapters
+from tfbook.build import notebooks, repository
+from tfbook.build.claims_page import toc_chapters
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BOOK = [f for chapter in toc_chapters(ROOT) for f in chapter]
@@ -52,7 +52,7 @@ def test_repository_switch_is_validated(tmp_path):
 def test_unpublished_repository_removes_every_button(tmp_path):
     from types import SimpleNamespace
 
-    from tfbook.sphinx_repository import hide_unpublished_buttons
+    from tfbook.build.sphinx_repository import hide_unpublished_buttons
 
     options = {"launch_buttons": {"binderhub_url": "https://mybinder.org", "colab_url": "https://colab",
                                   "thebe": True, "notebook_interface": "jupyterlab"},
@@ -69,7 +69,7 @@ def test_unpublished_repository_removes_every_button(tmp_path):
 def test_notebook_starts_with_install_cell(name):
     nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
     cell = nb.cells[0]
-    assert notebooks.is_install_cell(cell), "run python -m tfbook.notebooks install-cell on it"
+    assert notebooks.is_install_cell(cell), "run python -m tfbook.build.notebooks install-cell on it"
     assert cell.source == notebooks.install_cell_source()
     assert set(notebooks.INSTALL_TAGS) <= set(cell.metadata.get("tags", []))
 
@@ -127,7 +127,7 @@ def test_folding_rule():
 def test_figure_widget_and_table_cells_are_folded(name):
     nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
     wrong = [i for i, c in enumerate(nb.cells) if notebooks.folds(c) != (notebooks.FOLD_TAG in c.metadata.get("tags", []))]
-    assert not wrong, f"cells {wrong} are folded wrongly: python -m tfbook.notebooks fold {name}.ipynb"
+    assert not wrong, f"cells {wrong} are folded wrongly: python -m tfbook.build.notebooks fold {name}.ipynb"
     removed = [i for i, c in enumerate(nb.cells) if "remove-input" in c.metadata.get("tags", [])]
     assert not removed, f"cells {removed} hide their input entirely: fold them (hide-input) instead"
     if any(notebooks._WIDGETS.search(c.source) for c in nb.cells if c.cell_type == "code"):
@@ -139,7 +139,7 @@ def test_figure_widget_and_table_cells_are_folded(name):
 def test_every_executed_claim_is_shown(name):
     """The executor counts the claims a notebook checks (``claims_executed``); the last records its
     tables store, which the claims page reads, must hold as many: none checked and never shown."""
-    from tfbook.claims_page import stored_records
+    from tfbook.build.claims_page import stored_records
 
     nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
     executed = nb.metadata.get("tfbook", {}).get("claims_executed")

@@ -1,9 +1,9 @@
-"""The operation counter behind the H100 estimates (`tfbook.opcount`, `make full --count`)."""
+"""The operation counter behind the H100 estimates (`tfbook.build.opcount`, `make full --count`)."""
 import math
 
 import torch
 
-from tfbook import full, opcount
+from tfbook.build import full, opcount
 
 
 def test_counts_a_matrix_product_and_skips_views():
@@ -78,7 +78,7 @@ def test_every_full_profile_fits_five_minutes_on_an_h100():
     over = {}
     for path in full.notebooks():
         estimate = nbformat.read(path, as_version=4).metadata.get("tfbook", {}).get("h100_estimate")
-        assert estimate is not None, f"{path}: not estimated (`python -m tfbook.full --count`)"
+        assert estimate is not None, f"{path}: not estimated (`python -m tfbook.build.full --count`)"
         assert set(estimate) >= {"seconds", "launches", "gflop", "gbyte", "host_seconds", "counted"}
         name = str(path.relative_to(full.ROOT))
         if estimate["seconds"] > 300 and bounds.get(name, math.inf) > 300:

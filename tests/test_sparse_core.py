@@ -206,7 +206,7 @@ def test_a_large_model_stores_its_small_sparse_weights_sparse(weights, monkeypat
 @pytest.mark.parametrize("N", [200, 10**4])
 def test_the_besov_transformer_stores_at_most_three_scalars_per_nonzero(N):
     """Issue target: stored (values plus index entries) <= 3 x non-zeros at N = 200 and 10^4 atoms
-    (l = 4, d = 1, m = 1, m_q = 8), as `python -m tfbook.bench --sparse-scale` measures it."""
+    (l = 4, d = 1, m = 1, m_q = 8), as `python -m tfbook.build.bench --sparse-scale` measures it."""
     import tfbook.besov as bv
 
     k, j, c = bv.random_atoms(N, 4, 1, 1, 3, seed=0)

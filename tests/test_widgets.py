@@ -15,7 +15,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LIMIT_S = 10.0
-# Executed through the project's executor (`tfbook.notebooks.execute_notebook`: stalls are detected and the
+# Executed through the project's executor (`tfbook.build.notebooks.execute_notebook`: stalls are detected and the
 # notebook reruns in a fresh kernel); a cell that is really slow times out and fails.
 CELL_TIMEOUT_S, HARNESS_TIMEOUT_S = 90, 600
 pytestmark = pytest.mark.slow
@@ -119,7 +119,7 @@ def widget_notebooks() -> list[str]:
 
 def execute(nb: nbformat.NotebookNode, folder: pathlib.Path) -> nbformat.NotebookNode:
     """The executed copy of ``nb`` (90 s per ordinary cell, 600 s for the harness cell)."""
-    from tfbook.notebooks import execute_notebook
+    from tfbook.build.notebooks import execute_notebook
 
     def timeout(cell) -> int:
         return HARNESS_TIMEOUT_S if cell.source == HARNESS else CELL_TIMEOUT_S

@@ -1,7 +1,9 @@
 """tfbook: explicit transformer constructions from approximation-theory papers.
 
-The core (`device`, `layers`, `layout`, `claims`, `plotting`, `bench`) is shared by
-every chapter; each chapter has its own module (`tfbook.colsym`, `tfbook.turing`, ...).
+The library: the core (`device`, `validate`, `layers`, `layout`, `model`, `gadgets`, `claims`, `training`,
+`plotting`) is shared by every chapter; each chapter has its own module (`tfbook.foundation`,
+`tfbook.colsym`, `tfbook.turing`, ...). The book's machinery (executor, claims audit, pages, full-profile runs,
+benchmarks) lives in `tfbook.build`, which imports the library; the library never imports it.
 """
 from tfbook.device import DTYPE, default_device, profile, seed_everything
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from tfbook import bench, validate
+from tfbook import validate
 from tfbook.claims import paper_formula
 from tfbook import gadgets as gd
 from tfbook.device import DTYPE
@@ -155,5 +155,7 @@ def _bench_build(device: torch.device) -> tuple[SlotModel, torch.Tensor]:
     return model, model.embed(x=x)
 
 
-bench.register("foundation: Yarotsky squaring m=20, 2^20 points", _bench_build,
-               lambda state: state[0](state[1]), units="points", count=2**20)
+def bench_cases() -> dict[str, dict]:
+    """The chapter's benchmarked construction (read by `tfbook.build.bench`)."""
+    return {"foundation: Yarotsky squaring m=20, 2^20 points":
+            {"build": _bench_build, "forward": lambda state: state[0](state[1]), "units": "points", "count": 2**20}}

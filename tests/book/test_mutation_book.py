@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
 
-from tfbook.notebooks import execute_notebook
+from tfbook.build.notebooks import execute_notebook
 
 pytestmark = pytest.mark.mutation
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import torch
 
-from tfbook import bench
 from tfbook.besov import estimation, formulas, masked
 from tfbook.besov.estimation import best_grid_mse, fitted_slopes, hat_features, sieve_fit
 from tfbook.besov.gadgets import (BSplineNet, ProductNet, bspline_net, bspline_net_error, product_error_range,
@@ -63,5 +62,7 @@ def _bench_build(device: torch.device):
     return model, X
 
 
-bench.register("besov: B-spline transformer (N=64, l=8, m=1, m_q=8)", _bench_build,
-               lambda state: state[0](state[1]), units="sentences", count=256)
+def bench_cases() -> dict[str, dict]:
+    """The chapter's benchmarked construction (read by `tfbook.build.bench`)."""
+    return {"besov: B-spline transformer (N=64, l=8, m=1, m_q=8)":
+            {"build": _bench_build, "forward": lambda state: state[0](state[1]), "units": "sentences", "count": 256}}

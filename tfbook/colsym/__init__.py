@@ -21,7 +21,6 @@ from typing import Mapping
 
 import torch
 
-from tfbook import bench
 from tfbook.colsym.algebra import (canonical, count_bounds, degree, decompose_column_symmetric, enumerate_msp,
                                    enumerate_multi_indices, evaluate, expand, lemma3_terms, max_value, msp,
                                    msp_bruteforce, msp_partition, msp_symbolic, term_coefficient)
@@ -58,8 +57,10 @@ def _bench_build(device: torch.device) -> tuple[ColsymTransformer, torch.Tensor]
     return model, X
 
 
-bench.register("colsym: Theorem 1, d=2 s=3 N=4 L=4, n=1024, batch 8", _bench_build,
-               lambda state: state[0](state[1]), units="inputs", count=8)
+def bench_cases() -> dict[str, dict]:
+    """The chapter's benchmarked construction (read by `tfbook.build.bench`)."""
+    return {"colsym: Theorem 1, d=2 s=3 N=4 L=4, n=1024, batch 8":
+            {"build": _bench_build, "forward": lambda state: state[0](state[1]), "units": "inputs", "count": 8}}
 
 __all__ = [
     "flattened_increment_floor", "flattened_increments", "lemma1_width", "lemma2_depth", "lemma2_width",

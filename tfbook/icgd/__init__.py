@@ -3,7 +3,7 @@
 Public API: `build_transformer` (Theorem 1's (2N+4)L-layer transformer), `ReluSum` and
 `interpolant` (Definition 4). The references it is checked against live in `tfbook.icgd.nets`.
 """
-import torch  # noqa: F401
+import torch
 
 from tfbook.icgd.construct import ICGDTransformer, build_transformer
 from tfbook.icgd.nets import ACTIVATIONS, LOSSES, NetSpec
@@ -22,15 +22,15 @@ def _bench_build(device, N: int = 4, K: int = 8, M: int = 128, n: int = 20, L: i
     return model, model.embed(X, Y, xq, w0)
 
 
-def _register() -> None:
-    from tfbook import bench
+def bench_cases() -> dict[str, dict]:
+    """The chapter's benchmarked constructions (read by `tfbook.build.bench`); the GPU size only with CUDA."""
+    def forward(state):
+        return state[0](state[1])
 
-    bench.register("icgd: Theorem 1 transformer (N=4, K=8, M=128, n=20, L=5)", _bench_build,
-                   lambda state: state[0](state[1]), units="prompts", count=4)
+    cases = {"icgd: Theorem 1 transformer (N=4, K=8, M=128, n=20, L=5)":
+             {"build": _bench_build, "forward": forward, "units": "prompts", "count": 4}}
     if torch.cuda.is_available():  # 2.8 G dense scalars stored as 9.8 M; a minute per forward on one CPU thread
-        bench.register("icgd: Theorem 1 transformer, GPU size (N=6, K=16, dx=20, M=256, n=20, L=5)",
-                       lambda device: _bench_build(device, N=6, K=16, M=256, dx=20),
-                       lambda state: state[0](state[1]), units="prompts", count=4)
-
-
-_register()
+        cases["icgd: Theorem 1 transformer, GPU size (N=6, K=16, dx=20, M=256, n=20, L=5)"] = {
+            "build": lambda device: _bench_build(device, N=6, K=16, M=256, dx=20), "forward": forward,
+            "units": "prompts", "count": 4}
+    return cases

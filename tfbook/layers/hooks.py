@@ -127,7 +127,7 @@ def _sabotage_from_environment() -> None:
     ``TFBOOK_PERTURB_CORE=eps``: a ``perturb(scale=1 + eps)`` of every core layer.
     ``TFBOOK_PERTURB_WEIGHTS=eps`` (eps >= 0): `WeightNoise` on every tensor `_frozen` stores, drawn
     from a generator seeded with 0, so the noise is the same in every process that builds the same
-    layers in the same order. The claims audit (`tfbook.claims_audit`, ``make test-claims``) runs every
+    layers in the same order. The claims audit (`tfbook.build.claims_audit`, ``make test-claims``) runs every
     notebook under these and expects every construction claim to fail under at least one.
     """
     global _CORE, _WEIGHTS

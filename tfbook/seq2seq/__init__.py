@@ -18,7 +18,6 @@ Public API (see the chapter book/seq2seq):
 """
 import torch
 
-from tfbook import bench
 from tfbook.seq2seq import formulas
 from tfbook.seq2seq.masking import (TinyViT, global_greedy_mask, greedy_mask, jaccard, make_motif_dataset,
                                     train_classifier)
@@ -53,5 +52,9 @@ def _bench_selector(device: torch.device):
     return model, X
 
 
-bench.register("seq2seq.extractor(U=300)", _bench_extractor, lambda s: s[0](s[1]), "tokens", 2 * 2 * 601)
-bench.register("seq2seq.selector(V=8, r=4)", _bench_selector, lambda s: s[0](s[1]), "tokens", 8 * 153)
+def bench_cases() -> dict[str, dict]:
+    """The chapter's benchmarked constructions (read by `tfbook.build.bench`)."""
+    return {"seq2seq.extractor(U=300)": {"build": _bench_extractor, "forward": lambda s: s[0](s[1]),
+                                         "units": "tokens", "count": 2 * 2 * 601},
+            "seq2seq.selector(V=8, r=4)": {"build": _bench_selector, "forward": lambda s: s[0](s[1]),
+                                           "units": "tokens", "count": 8 * 153}}

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import torch
 
-from tfbook import bench
 from tfbook.turing.circuits import (Circuit, CircuitNetwork, all_inputs, build_circuit_network, gate_counts,
                                     l1_formula, random_circuit)
 from tfbook.turing.fleet import TMFleet, build_fleet
@@ -39,8 +38,11 @@ def _bench_build(device: torch.device):
     return model, all_strings("01", 5)[:32]
 
 
-bench.register("turing: palindrome transformer, T=64, batch 32", _bench_build,
-               lambda state: state[0].forward_trace(state[1]), units="steps x inputs", count=64 * 32)
+def bench_cases() -> dict[str, dict]:
+    """The chapter's benchmarked construction (read by `tfbook.build.bench`)."""
+    return {"turing: palindrome transformer, T=64, batch 32":
+            {"build": _bench_build, "forward": lambda state: state[0].forward_trace(state[1]),
+             "units": "steps x inputs", "count": 64 * 32}}
 
 __all__ = [
     "CATALOG", "CATALOG_SYMBOLS", "Circuit", "CircuitNetwork", "RunResult", "TMFleet", "TMTransformer",

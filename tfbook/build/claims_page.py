@@ -10,13 +10,13 @@ the claim is executed. Records stored before claims had a kind (schema 1) show `
 default kind. A Claims object shown several times stores growing records: its last one counts
 (`stored_records`).
 
-*Broken by* is read from the claims audit, ``book/claims_audit.json`` (`tfbook.claims_audit`), when
+*Broken by* is read from the claims audit, ``book/claims_audit.json`` (`tfbook.build.claims_audit`), when
 it has an entry for the notebook's current code cells (same code hash): the sabotages under which
 the claim failed, marked ``†`` where the run stopped before it; ``none`` when no sabotage broke it;
 ``-`` where the audit has no entry.
 
-``python -m tfbook.claims_page`` writes the page (and `tfbook.statements_page`'s index of statement
-blocks and `tfbook.run_page`'s run times); ``--check`` exits 1 if a stored page differs
+``python -m tfbook.build.claims_page`` writes the page (and `tfbook.build.statements_page`'s index of statement
+blocks and `tfbook.build.run_page`'s run times); ``--check`` exits 1 if a stored page differs
 from what the notebooks and the audit give (``make notebooks``, ``make claims-audit`` and
 ``make book-stored`` regenerate it).
 """
@@ -30,10 +30,10 @@ from typing import Any, Optional
 
 import nbformat
 
-from tfbook import claims_audit, repository, run_page, statements_page
+from tfbook.build import audit_file, repository, run_page, statements_page
 from tfbook.claims import KINDS, MIME, cell_id
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = "book/claims.md"
 _SLUG_CLEAN = re.compile(r"[^\w\u4e00-\u9fff\- ]")
 _ESCAPE = re.compile(r"([\\`*_\[\]<>|$~#{}])")
@@ -136,7 +136,7 @@ def read_notebook(path: pathlib.Path, name: str) -> Notebook:
                 section, slug = text, s
         elif cell.cell_type == "code":
             where.setdefault(cell_id(cell.source), (section, slug))
-    notebook = Notebook(name, title, code_hash=claims_audit.code_hash(nb))
+    notebook = Notebook(name, title, code_hash=audit_file.code_hash(nb))
     for record, _ in stored_records(nb):
         for claim in record["claims"]:
             sec, sl = where.get(claim.get("cell") or "", ("", ""))
@@ -218,13 +218,13 @@ def _link(text: str, target: str) -> str:
 
 
 def audited(nb: Notebook, audit: Optional[dict[str, Any]]) -> Optional[list[Optional[dict[str, Any]]]]:
-    """Each row's claim in the claims audit (`tfbook.claims_audit`), None where the audit has none;
+    """Each row's claim in the claims audit (`tfbook.build.claims_audit`), None where the audit has none;
     None for the whole notebook when the audit has no entry for its current code."""
     entry = (audit or {}).get("notebooks", {}).get(nb.path + ".ipynb")
     if entry is None or entry.get("code_hash") != nb.code_hash:
         return None
     by_key = {(c["cell"], c["ref"], c["statement"], c["occurrence"]): c for c in entry["claims"]}
-    return [by_key.get(k) for k in claims_audit.keyed([row[2] for row in nb.rows])]
+    return [by_key.get(k) for k in audit_file.keyed([row[2] for row in nb.rows])]
 
 
 def _broken_by(claim: Optional[dict[str, Any]]) -> str:
@@ -243,8 +243,8 @@ def _counts(notebooks: list[Notebook], audit: Optional[dict[str, Any]]) -> list[
     audited_rows = [a for nb in notebooks for a in (audited(nb, audit) or []) if a is not None]
     constr = [a for a in audited_rows if a["kind"] == "construction"]
     if not audited_rows:
-        return kinds + ["-"] * (len(claims_audit.SABOTAGES) + 1)
-    return kinds + [str(sum(s in a["broken_by"] for a in constr)) for s in claims_audit.SABOTAGES] + \
+        return kinds + ["-"] * (len(audit_file.SABOTAGES) + 1)
+    return kinds + [str(sum(s in a["broken_by"] for a in constr)) for s in audit_file.SABOTAGES] + \
         [str(sum(not a["broken_by"] for a in constr))]
 
 
@@ -262,7 +262,7 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
         return str(pathlib.PurePosixPath(path).relative_to(base)) + ".ipynb"
 
     with_claims = [c for c in chapters if c.counts()[0]]
-    sabotages = list(claims_audit.SABOTAGES)
+    sabotages = list(audit_file.SABOTAGES)
     lines = [
         "(claims-index)=",
         "# Every claim in the book",
@@ -290,7 +290,7 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
         "broken by each sabotage and those broken by none (*unbroken*).",
         "",
         "This page is generated from the claims tables stored in the notebooks and the claims audit",
-        "(`python -m tfbook.claims_page`); it is rebuilt whenever the notebooks are re-executed.",
+        "(`python -m tfbook.build.claims_page`); it is rebuilt whenever the notebooks are re-executed.",
         "",
     ]
     # three narrow tables (they fit a phone): claims and verdicts, kinds, the audit
@@ -376,14 +376,14 @@ def _notebook_lines(nb: Notebook, link: str, audit: Optional[dict[str, Any]],
 
 
 def pages(root: pathlib.Path = ROOT) -> dict[str, str]:
-    """The generated pages (path relative to ``root`` -> text): this one, `tfbook.statements_page`'s and
-    `tfbook.run_page`'s."""
+    """The generated pages (path relative to ``root`` -> text): this one, `tfbook.build.statements_page`'s and
+    `tfbook.build.run_page`'s."""
     chapters = collect(root)
     titles = {nb.path: _md(nb.title) for c in chapters for nb in c.notebooks}
     toc = toc_chapters(root)
     config = root / "_config.yml"
     repo = repository.settings(config) if config.exists() else repository.Repository("", False)
-    return {PAGE: render(chapters, audit=claims_audit.load(root / claims_audit.AUDIT)),
+    return {PAGE: render(chapters, audit=audit_file.load(root / audit_file.AUDIT)),
             statements_page.PAGE: statements_page.render(statements_page.collect(root, toc, titles)),
             run_page.PAGE: run_page.render(run_page.collect(root, toc, titles), repo)}
 
@@ -398,7 +398,7 @@ def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:
         if path.exists() and path.read_text() == text:
             continue
         if args.check:
-            print(f"{page} is stale: run `python -m tfbook.claims_page`")
+            print(f"{page} is stale: run `python -m tfbook.build.claims_page`")
             stale = 1
         else:
             path.write_text(text)

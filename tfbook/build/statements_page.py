@@ -3,7 +3,7 @@ block of the book with its title, in book order, generated from the stored noteb
 
 Sphinx-proof's own index lists bare labels; this page lists each block's title (which carries the paper's
 number, e.g. "Product (Lemma 4)") as a reference to the block, grouped by chapter and notebook.
-`tfbook.claims_page` writes it beside the claims page (``python -m tfbook.claims_page``; ``--check``
+`tfbook.build.claims_page` writes it beside the claims page (``python -m tfbook.build.claims_page``; ``--check``
 covers both pages).
 """
 from __future__ import annotations

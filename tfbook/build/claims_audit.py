@@ -8,7 +8,7 @@ sabotages of the core layers (`tfbook.layers`, read from the environment at impo
 ``weights``  ``TFBOOK_PERTURB_WEIGHTS=1e-3``: noise of 1e-3 * max|w| on every stored weight.
 
 The unsabotaged values are the stored ones: the claims records of the stored notebook outputs
-(`tfbook.claims_page.stored_records`, every Claims object's last record). Each claim recorded under
+(`tfbook.build.claims_page.stored_records`, every Claims object's last record). Each claim recorded under
 a sabotage (``TFBOOK_CLAIMS_SINK``) is matched to a stored claim by its *key*: the id of the cell
 that checked it, its ref, its statement and its occurrence (0, 1, ...) among the claims with the same
 cell, ref and statement; claims left over are then matched by cell and ref in order (a statement that
@@ -48,7 +48,7 @@ Rules (``check``), each failure naming notebook, cell and claim:
 ``check`` also lists the stops apart, with the claims each left unreached. A run the executor could
 not complete (the kernel stalled on every attempt, or the executor raised) gives no verdict and fails.
 
-Each execution goes through `tfbook.notebooks.execute_notebook`, two at a time (``--jobs``), on an
+Each execution goes through `tfbook.build.notebooks.execute_notebook`, two at a time (``--jobs``), on an
 in-memory copy of the notebook (outputs cleared) with one cell put first: it registers an IPython
 ``post_run_cell`` hook that writes the sabotage hit counts to a file after every cell, so the counts
 survive a cell that raises. The kernel's environment is ``TFBOOK_PROFILE=quick``,
@@ -88,14 +88,14 @@ adds every violation of the paper chapters (when a rule is introduced; the chapt
 
 Command line::
 
-    python -m tfbook.claims_audit run [--jobs 2] [--output book/claims_audit.json] [NB.ipynb ...]
+    python -m tfbook.build.claims_audit run [--jobs 2] [--output book/claims_audit.json] [NB.ipynb ...]
         execute the notebooks (default: every notebook of _toc.yml, replacing the whole output;
         given notebooks are merged into an existing output) and write the audit.
-    python -m tfbook.claims_audit check [--audit book/claims_audit.json] [--fresh AUDIT] [--allow FILE]
+    python -m tfbook.build.claims_audit check [--audit book/claims_audit.json] [--fresh AUDIT] [--allow FILE]
         no execution: the stored audit's hashes must be current; the rules above are applied to
         ``--fresh`` (a run into a scratch file, as ``make test-claims`` does; its broken-by sets must
         equal the stored ones) or else to the stored audit. Exit 1 on any failure.
-    python -m tfbook.claims_audit allow [--seed]
+    python -m tfbook.build.claims_audit allow [--seed]
         rewrite the allow-list from the stored audit (prune; ``--seed``: add every violation).
 
 ``make test-claims`` (CI) is ``run --output _build/claims_audit/audit.json`` then
@@ -112,24 +112,17 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import nbformat
 
-from tfbook import claims_page
+from tfbook.build import claims_page
+from tfbook.build.audit_file import AUDIT, SABOTAGES, SCHEMA, code_hash, keyed, load
 from tfbook.claims import cell_id
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-AUDIT = "book/claims_audit.json"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 ALLOW = "tests/claims_audit_allow.json"
 SCRATCH = "_build/claims_audit"
-SCHEMA = 1
-SABOTAGES: dict[str, dict[str, str]] = {
-    "zero": {"TFBOOK_PERTURB_CORE": "-1"},
-    "eps": {"TFBOOK_PERTURB_CORE": "1e-3"},
-    "weights": {"TFBOOK_PERTURB_WEIGHTS": "1e-3"},
-}
-"""The three sabotages, by name, with the environment each sets in the kernel."""
 BASELINE = "none"
 """The run without a sabotage: its full-precision values and bounds, and each claim's kind, are what the
 sabotaged runs are compared with (printed digits would hide a small move)."""
@@ -143,7 +136,7 @@ TIMEOUT_FACTOR, DEFAULT_QUICK_SECONDS, MIN_TIMEOUT = 3, 300, 60
 UNSTABLE_TAG = "nbval-ignore-output"
 _ENV_BASE = {"TFBOOK_PROFILE": "quick", "OMP_NUM_THREADS": "1", "TFBOOK_CLAIMS": "record",
              "TFBOOK_PERTURB_CORE": "", "TFBOOK_PERTURB_WEIGHTS": ""}
-_HOOK_MARK = "# tfbook.claims_audit hook"
+_HOOK_MARK = "# tfbook.build.claims_audit hook"
 _HOOK = _HOOK_MARK + """: after every cell, write the sabotage hit counts so far (never stored in a notebook)
 def _tfbook_audit_hits(*_args, _path={path!r}):
     import json, sys
@@ -157,42 +150,24 @@ del _tfbook_audit_hits
 
 # --- hashes -----------------------------------------------------------------------------------------
 
-def code_hash(nb: nbformat.NotebookNode) -> str:
-    """SHA-256 of a notebook's code-cell sources, in order."""
-    sources = [cell.source for cell in nb.cells if cell.cell_type == "code"]
-    return hashlib.sha256(json.dumps(sources).encode()).hexdigest()
-
-
-# Tooling that no notebook imports (running, reporting, rendering): a change there cannot move a claim.
-TOOLING = ("full.py", "claims_page.py", "notebooks.py", "bibstyle.py", "opcount.py")
+# The book's machinery, which no notebook imports (running, reporting, rendering): a change there cannot move
+# a claim.
+TOOLING = "build"
 
 
 def library_hash(root: pathlib.Path = ROOT) -> str:
-    """SHA-256 of every ``tfbook/**/*.py`` except `TOOLING` (relative path and contents, in path order)."""
+    """SHA-256 of every ``tfbook/**/*.py`` outside ``tfbook/build/`` (`TOOLING`): relative path and contents,
+    in path order."""
     h = hashlib.sha256()
     base = root / "tfbook"
     for path in sorted(base.rglob("*.py"), key=lambda p: p.relative_to(base).as_posix()):
-        if path.relative_to(base).as_posix() in TOOLING:
+        if path.relative_to(base).parts[0] == TOOLING:
             continue
         h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
 # --- stored claims, keys and matching ---------------------------------------------------------------
-
-Key = tuple[Optional[str], str, str, int]
-
-
-def keyed(claims: Iterable[dict[str, Any]]) -> list[Key]:
-    """Each claim's key (cell, ref, statement, occurrence among claims of the same cell, ref, statement)."""
-    seen: dict[tuple, int] = defaultdict(int)
-    keys = []
-    for c in claims:
-        base = (c.get("cell"), c["ref"], c["statement"])
-        keys.append((*base, seen[base]))
-        seen[base] += 1
-    return keys
-
 
 def stored_claims(nb: nbformat.NotebookNode) -> list[dict[str, Any]]:
     """The notebook's stored claims (every Claims object's last record), each with its ``kind``
@@ -268,7 +243,7 @@ def run_one(path: pathlib.Path, sabotage: str, scratch: pathlib.Path, root: path
     """Execute one notebook under one sabotage (the stored file is not touched); never raises on a stop."""
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
-    from tfbook.notebooks import KernelStall, execute_notebook
+    from tfbook.build.notebooks import KernelStall, execute_notebook
 
     rel = _relative(path, root)
     run = Run(rel, sabotage)
@@ -310,7 +285,7 @@ def run_one(path: pathlib.Path, sabotage: str, scratch: pathlib.Path, root: path
         run.claims = [json.loads(line) for line in sink.read_text(encoding="utf-8").splitlines() if line.strip()]
     if hits_file.exists() and sabotage in HIT_COUNTER:
         run.hits = int(json.loads(hits_file.read_text()).get(HIT_COUNTER[sabotage], 0))
-    log(f"tfbook.claims_audit: {rel} [{sabotage}]: {run.status} in {run.seconds:.1f} s, "
+    log(f"tfbook.build.claims_audit: {rel} [{sabotage}]: {run.status} in {run.seconds:.1f} s, "
         f"{len(run.claims)} claims recorded, {run.hits} hits" + (f" ({run.error})" if run.error else ""))
     return run
 
@@ -428,15 +403,6 @@ def dumps(audit: dict[str, Any]) -> str:
         lines.append("  }" + ("," if n < len(names) - 1 else ""))
     lines += [" }", "}"]
     return "\n".join(lines) + "\n"
-
-
-def load(path: pathlib.Path) -> Optional[dict[str, Any]]:
-    if not path.exists():
-        return None
-    audit = json.loads(path.read_text(encoding="utf-8"))
-    if audit.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: audit schema {audit.get('schema')!r}, expected {SCHEMA}: run make claims-audit")
-    return audit
 
 
 def write(path: pathlib.Path, entries: dict[str, dict[str, Any]], merge: bool) -> dict[str, Any]:
@@ -657,7 +623,7 @@ def check(audit_path: pathlib.Path, allow_path: pathlib.Path, fresh_path: Option
             log("runs that stopped (the claims they did not reach count as broken):\n  " + "\n  ".join(halted))
     for f in failures:
         log(f"FAIL {f}")
-    log(f"tfbook.claims_audit: {len(failures)} failures" if failures else "tfbook.claims_audit: ok")
+    log(f"tfbook.build.claims_audit: {len(failures)} failures" if failures else "tfbook.build.claims_audit: ok")
     return failures
 
 
@@ -704,8 +670,8 @@ def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:
         entries = run_audit(paths, root, args.jobs, args.scratch)
         write(args.output, entries, merge=bool(args.notebooks))
         print(summary({"notebooks": entries}))
-        print(f"tfbook.claims_audit: audited {len(paths)} notebooks in {time.perf_counter() - start:.1f} s "
-              f"into {_display(args.output, root)} (judge it with `python -m tfbook.claims_audit check`)")
+        print(f"tfbook.build.claims_audit: audited {len(paths)} notebooks in {time.perf_counter() - start:.1f} s "
+              f"into {_display(args.output, root)} (judge it with `python -m tfbook.build.claims_audit check`)")
         return 0
     if args.command == "check":
         return 1 if check(args.audit, args.allow, args.fresh, root) else 0

@@ -1,8 +1,8 @@
 """The book's repository switch, read from ``_config.yml`` (the one place the URL and the switch live).
 
 ``repository.url`` names the repository; ``repository.public`` (default ``false``) says whether it is
-published. While it is not, no page links to Binder, Colab or the repository (`tfbook.sphinx_repository`
-removes the buttons) and the notebooks' install cell installs nothing (`tfbook.notebooks`). Turned on,
+published. While it is not, no page links to Binder, Colab or the repository (`tfbook.build.sphinx_repository`
+removes the buttons) and the notebooks' install cell installs nothing (`tfbook.build.notebooks`). Turned on,
 the launch buttons, the repository button and the install-from-repository cell appear as configured.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import Optional
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,25 @@
-"""Core benchmarks: a 1,000-head attention layer, batched over heads against a per-head loop, and
-sparse storage of large, sparse weights.
+"""Benchmark cases and core benchmarks: `Benchmark` (one case), the core's cases (`bench_cases`: a 1,000-head
+attention layer, batched over heads against a per-head loop, and sparse storage of large, sparse weights), and
+the dense-against-sparse storage comparison of every case.
 
 The ICGD chapter's layers have about 1,000 heads on a (64, 21, 135) token matrix; `tfbook.layers`
 computes heads as stacked tensors in head chunks. The loop builds one single-head layer per head
 and adds their updates, which is what a per-head implementation does.
 
-`storage_table` (``python -m tfbook.bench --storage``) builds every registered construction that has core
-layers with weights, and the chapters' full-profile sizes that the registry lacks (`EXTRA_CASES`), twice on
+`storage_table` (``python -m tfbook.build.bench --storage``) builds every benchmarked construction that has core
+layers with weights, and the chapters' full-profile sizes that the benchmarks lack (`EXTRA_CASES`), twice on
 the CPU: every weight dense, and every weight sparse whose CSR arrays take at most a quarter of its dense
 storage. Both forwards run on the same input; it reports their largest relative gap (at most
 `STORAGE_TOLERANCE`, else the case FAILs, as one that raises does), stored scalars and non-zeros, the
 median forward time of `STORAGE_REPEATS` runs after a warm-up on one thread, and the peak resident set of
 each build and forward;
-``--store`` writes the rows to ``book/full_reports/storage.json`` (rendered by ``python -m tfbook.full --page``).
+``--store`` writes the rows to ``book/full_reports/storage.json`` (rendered by ``python -m tfbook.build.full --page``).
 
-`sparse_scale` (``python -m tfbook.bench --sparse-scale``) measures the Besov transformer of Theorem 1
+`sparse_scale` (``python -m tfbook.build.bench --sparse-scale``) measures the Besov transformer of Theorem 1
 (l = 4, d = 1, m = 1, m_q = 8, gamma = 30, k <= 3) under the core's storage rule, all dense, and with
 every sparse weight stored sparse: stored scalars against non-zeros, build and forward time over 200
 sentences on one thread (wall and CPU seconds), and peak memory, each case in its own process
-(``python -m tfbook.bench_core N storage``) with a cap on its address space.
+(``python -m tfbook.build.bench_core N storage``) with a cap on its address space.
 """
 from __future__ import annotations
 
@@ -35,14 +36,34 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import nn
 
-from tfbook import bench, layers
+from tfbook import layers
 from tfbook.device import DTYPE
 from tfbook.layers import Attention, FeedForward
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """``build(device)`` returns a state that ``forward(state)`` runs; ``units`` counts work per forward."""
+
+    name: str
+    build: Callable[[torch.device], Any]
+    forward: Callable[[Any], Any]
+    units: str = ""
+    count: int = 0
+
+
+def as_benchmarks(cases: dict[str, dict[str, Any]]) -> dict[str, Benchmark]:
+    """A module's ``bench_cases()`` (name -> `Benchmark`'s other fields) as `Benchmark`s."""
+    if not all(cases):
+        raise ValueError("every case needs a non-empty name")
+    return {name: Benchmark(name, **fields) for name, fields in cases.items()}
+
 
 HEADS, BATCH, TOKENS, DIM = 1000, 64, 21, 135
 
@@ -73,11 +94,6 @@ def _forward(state) -> torch.Tensor:
     return out
 
 
-for _dim in (1, 8):
-    for _batched in (True, False):
-        bench.register(f"core: {HEADS} relu heads, head dim {_dim}, {'batched' if _batched else 'per-head loop'}",
-                       _build(_dim, _batched), _forward, units="heads", count=HEADS)
-
 
 # --- sparse storage --------------------------------------------------------------------------------
 
@@ -96,8 +112,14 @@ def _sparse_build(device: torch.device):
     return FeedForward(W[0], None, W[1], None).to(device), H
 
 
-bench.register(f"core: sparse feed-forward, D = m = {SPARSE_D}", _sparse_build,
-               lambda state: state[0](state[1]), units="tokens", count=16 * 32)
+def bench_cases() -> dict[str, dict[str, Any]]:
+    """The core's cases: the 1,000-head layer (head dim 1 and 8, batched and looped) and a sparse feed-forward."""
+    cases = {f"core: {HEADS} relu heads, head dim {dim}, {'batched' if batched else 'per-head loop'}":
+             {"build": _build(dim, batched), "forward": _forward, "units": "heads", "count": HEADS}
+             for dim in (1, 8) for batched in (True, False)}
+    cases[f"core: sparse feed-forward, D = m = {SPARSE_D}"] = {
+        "build": _sparse_build, "forward": lambda state: state[0](state[1]), "units": "tokens", "count": 16 * 32}
+    return cases
 
 SCALE_SENTENCES = 200
 SCALE_SIZES = (200, 10**4)
@@ -138,7 +160,7 @@ def besov_case(N: int, storage: str, out: str = "") -> dict:
 
 
 def _run_case(N: int, storage: str, out: str) -> dict:
-    cmd = [sys.executable, "-m", "tfbook.bench_core", str(N), storage, out]
+    cmd = [sys.executable, "-m", "tfbook.build.bench_core", str(N), storage, out]
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **SCALE_ENV})
     if done.returncode != 0:
         return {"N": N, "storage": storage, "error": done.stderr.strip().splitlines()[-1][:80]}
@@ -269,7 +291,7 @@ def _peak_mib() -> Optional[float]:
     return None if kib is None else int(kib) / 1024
 
 
-def storage_run(case: bench.Benchmark, name: str, repeats: int = STORAGE_REPEATS) -> Optional[dict]:
+def storage_run(case: Benchmark, name: str, repeats: int = STORAGE_REPEATS) -> Optional[dict]:
     """Build ``case`` on the CPU under storage ``name`` (the global seed fixed first, so every build draws
     the same input) and run its forward once (the result compared) and ``repeats`` times more (timed);
     None if the built state has no core layer with weights."""
@@ -292,7 +314,7 @@ def storage_run(case: bench.Benchmark, name: str, repeats: int = STORAGE_REPEATS
             "output": output}
 
 
-def compare_storage(case: bench.Benchmark, size: str = "registered bench", repeats: int = STORAGE_REPEATS,
+def compare_storage(case: Benchmark, size: str = "registered bench", repeats: int = STORAGE_REPEATS,
                     sabotage: Optional[Callable[[list[nn.Module]], None]] = None) -> Optional[dict]:
     """One row: ``case`` built dense and sparse (`storage_run`), the relative gap of the sparse forward to
     the dense one and ``ok`` (gap <= `STORAGE_TOLERANCE`); None if it has no core layer with weights.
@@ -342,14 +364,14 @@ def _besov_full(device: torch.device):
     return model, X
 
 
-# Constructions the registry lacks, with their size: the chapters' full-profile sizes that fit this
+# Constructions the benchmark cases lack, with their size: the chapters' full-profile sizes that fit this
 # comparison on a CPU (the ICGD chapter's GPU size, 2.8 G scalars dense, does not: its dense build alone
 # would take 22 GB).
 EXTRA_CASES = [
-    (bench.Benchmark("colsym: Theorem 1, d=3 s=4 N=9 L=4, n=32, batch "
+    (Benchmark("colsym: Theorem 1, d=3 s=4 N=9 L=4, n=32, batch "
                      f"{COLSYM_BATCH}", _colsym_full, lambda state: state[0](state[1]), "inputs", COLSYM_BATCH),
      "full profile (colsym/03)"),
-    (bench.Benchmark(f"besov: Theorem 1 transformer (N={SCALE_SIZES[0]}, l=4, m=1, m_q=8), {SCALE_SENTENCES} "
+    (Benchmark(f"besov: Theorem 1 transformer (N={SCALE_SIZES[0]}, l=4, m=1, m_q=8), {SCALE_SENTENCES} "
                      "sentences", _besov_full, lambda state: state[0](state[1]), "sentences", SCALE_SENTENCES),
      "full profile"),
 ]
@@ -374,18 +396,19 @@ def _format_row(row: dict) -> str:
             f"  {status}")
 
 
-def storage_table(only: str = "", store: bool = False, repeats: int = STORAGE_REPEATS) -> list[dict]:
-    """`compare_storage` for every registered construction and every `EXTRA_CASES` entry whose name contains
-    ``only``, on one thread; prints one line per case, and with ``store`` writes the rows (with date, commit,
-    torch version and CPU) to ``book/full_reports/storage.json``. Returns the rows."""
-    from tfbook import full
+def storage_table(cases: dict[str, Benchmark], only: str = "", store: bool = False,
+                  repeats: int = STORAGE_REPEATS) -> list[dict]:
+    """`compare_storage` for every case of ``cases`` (`tfbook.build.bench.load_cases`) and every `EXTRA_CASES`
+    entry whose name contains ``only``, on one thread; prints one line per case, and with ``store`` writes the rows
+    (with date, commit, torch version and CPU) to ``book/full_reports/storage.json``. Returns the rows."""
+    from tfbook.build import full
 
     torch.set_num_threads(1)
-    cases = [(case, "registered bench") for case in bench.load_chapters().values()] + EXTRA_CASES
+    sized = [(case, "registered bench") for case in cases.values()] + EXTRA_CASES
     print(f"{'construction':70s} {'dense':>12s} {'sparse':>11s} {'ratio':>7s} {'nonzero':>10s} {'dense s':>8s} "
           f"{'sparse s':>8s} {'ratio':>6s} {'rel. gap':>9s} {'MiB d':>8s} {'MiB s':>8s}")
     rows = []
-    for case, size in cases:
+    for case, size in sized:
         if only not in case.name:
             continue
         try:

@@ -2,9 +2,9 @@
 
 The times come from each notebook's metadata (``"tfbook": {"quick_seconds", "full_seconds_cpu",
 "full_seconds_gpu", "h100_estimate"}``): the quick profile's wall time as last measured by
-`tfbook.notebooks` on a 2-core CPU, the full profile's expected time on a CPU and on one GPU, and the
-H100 time predicted from its counted operations (`tfbook.full --count`).
-`tfbook.claims_page` writes it beside the claims page.
+`tfbook.build.notebooks` on a 2-core CPU, the full profile's expected time on a CPU and on one GPU, and the
+H100 time predicted from its counted operations (`tfbook.build.full --count`).
+`tfbook.build.claims_page` writes it beside the claims page.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Optional
 
 import nbformat
 
-from tfbook.repository import Repository
+from tfbook.build.repository import Repository
 
 PAGE = "book/run.md"
 

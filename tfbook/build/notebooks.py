@@ -1,17 +1,17 @@
 """Maintainers' tool for the book's notebooks.
 
-``python -m tfbook.notebooks execute [--jobs 2] NB.ipynb ...``
+``python -m tfbook.build.notebooks execute [--jobs 2] NB.ipynb ...``
     re-executes notebooks in place (run it under ``TFBOOK_PROFILE=quick``, as ``make notebooks``
     does), stores their outputs and widget state, then regenerates the every-claim page.
-``python -m tfbook.notebooks build-copy [--jobs 2] [DEST]``
+``python -m tfbook.build.notebooks build-copy [--jobs 2] [DEST]``
     ``make book``'s first step: copies the book's sources to ``DEST`` (default ``_build/book_src``),
     executes every notebook there and regenerates the claims page of the copy (`build_copy`).
-``python -m tfbook.notebooks install-cell NB.ipynb ...``
+``python -m tfbook.build.notebooks install-cell NB.ipynb ...``
     puts the install cell (`install_cell_source`) first in each notebook, or updates it.
-``python -m tfbook.notebooks fold NB.ipynb ...``
+``python -m tfbook.build.notebooks fold NB.ipynb ...``
     tags the cells that draw a figure, build a widget or only show claims tables ``hide-input``
     (`folds`): the book shows their output and folds their code behind a toggle.
-``python -m tfbook.notebooks claims-page [--check]``
+``python -m tfbook.build.notebooks claims-page [--check]``
     regenerates ``book/claims.md`` from the stored outputs (``--check``: fail if it is stale).
 
 The install cell makes a notebook run where tfbook is not installed (Colab, a bare kernel): once
@@ -27,7 +27,7 @@ tree idle, and the request never acknowledged as busy or already reported idle: 
 lost, seen under load with ipykernel 6 and pyzmq 27), reruns a stalled notebook in a fresh kernel
 (at most `MAX_RESTARTS` times, saying so), never waits more than `SHUTDOWN_SECONDS` on a kernel
 shutdown, and prints one line per notebook:
-``tfbook.notebooks: executed <path> in <seconds> s, restarts <k>``.
+``tfbook.build.notebooks: executed <path> in <seconds> s, restarts <k>``.
 """
 from __future__ import annotations
 
@@ -54,9 +54,10 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from traitlets import Float
 
-from tfbook import claims, repository
+from tfbook import claims
+from tfbook.build import repository
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 INSTALL_TAGS = ("remove-cell", "nbval-skip")
 INSTALL_MARK = "# Install tfbook when it is missing"
 
@@ -64,7 +65,7 @@ INSTALL_MARK = "# Install tfbook when it is missing"
 def install_cell_source(url: Optional[str] = None, public: Optional[bool] = None) -> str:
     """The source of the first cell of every notebook (installs tfbook when it is missing).
 
-    ``url`` and ``public`` default to ``_config.yml``'s `tfbook.repository.settings`. While the
+    ``url`` and ``public`` default to ``_config.yml``'s `tfbook.build.repository.settings`. While the
     repository is not public the cell installs nothing: it only says how to run the notebook where
     tfbook is missing. Once public, it installs tfbook from the repository; where torch is already
     installed (Colab), without its dependencies so the platform's torch build is kept, and the light
@@ -396,7 +397,7 @@ def execute_notebook(nb: nbformat.NotebookNode, folder: pathlib.Path, *, path: O
     per cell) bounds each cell; a cell that raises fails the run at once (`CellExecutionError`). A
     stall (see `WatchedClient`), a kernel that dies or does not start, reruns the whole notebook in a
     fresh kernel, at most ``max_restarts`` times, each announced through ``log``; then `KernelStall`
-    (or the last error) is raised. One line ``tfbook.notebooks: executed <path> in <s> s, restarts <k>``
+    (or the last error) is raised. One line ``tfbook.build.notebooks: executed <path> in <s> s, restarts <k>``
     is logged per notebook.
     """
     if max_restarts < 0:
@@ -437,12 +438,12 @@ def execute_notebook(nb: nbformat.NotebookNode, folder: pathlib.Path, *, path: O
             deliveries += client.deliveries
         if failure is None:
             seconds = time.perf_counter() - start
-            log(f"tfbook.notebooks: executed {name} in {seconds:.1f} s, restarts {attempt}")
+            log(f"tfbook.build.notebooks: executed {name} in {seconds:.1f} s, restarts {attempt}")
             return Execution(work, seconds, attempt, stalls, shutdowns, deliveries)
         if attempt == max_restarts:
-            log(f"tfbook.notebooks: {name} stalled {attempt + 1} times; giving up ({failure})")
+            log(f"tfbook.build.notebooks: {name} stalled {attempt + 1} times; giving up ({failure})")
             raise failure if isinstance(failure, KernelStall) else KernelStall(str(failure)) from failure
-        log(f"tfbook.notebooks: {name}: {type(failure).__name__}: {failure}; "
+        log(f"tfbook.build.notebooks: {name}: {type(failure).__name__}: {failure}; "
             f"restarting in a fresh kernel ({attempt + 1} of {max_restarts})")
     raise AssertionError("unreachable")
 
@@ -516,7 +517,7 @@ def build_copy(dest: pathlib.Path = BUILD_COPY, jobs: int = 2, root: pathlib.Pat
 
     import yaml
 
-    from tfbook import claims_page
+    from tfbook.build import claims_page
 
     if dest.resolve() == root.resolve():
         raise ValueError("dest must not be the repository itself")
@@ -560,11 +561,11 @@ def main(argv: list[str] | None = None) -> None:
             parser.error("build-copy takes at most one destination folder")
         start = time.perf_counter()
         dest = build_copy(args.notebooks[0].resolve() if args.notebooks else BUILD_COPY, jobs=args.jobs)
-        print(f"tfbook.notebooks: executed the book into {_display(dest)} in {time.perf_counter() - start:.1f} s")
+        print(f"tfbook.build.notebooks: executed the book into {_display(dest)} in {time.perf_counter() - start:.1f} s")
         return
     if args.command == "execute":
         execute_many(args.notebooks, jobs=args.jobs)
-    from tfbook import claims_page
+    from tfbook.build import claims_page
 
     raise SystemExit(claims_page.main(["--check"] if args.check else []))
 

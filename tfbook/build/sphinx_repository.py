@@ -1,7 +1,7 @@
 """Sphinx extension: no launch or repository buttons while ``repository.public`` is false.
 
 Jupyter Book turns ``launch_buttons`` and ``html.use_repository_button`` of ``_config.yml`` into the
-theme's options; this extension reads ``repository.public`` (`tfbook.repository.settings`) from the
+theme's options; this extension reads ``repository.public`` (`tfbook.build.repository.settings`) from the
 built book's ``_config.yml`` and, while the repository is not published, clears the Binder and Colab
 URLs and turns the repository, issues and edit buttons off, so no page links to a placeholder.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from tfbook.repository import settings
+from tfbook.build.repository import settings
 
 
 def hide_unpublished_buttons(app, config) -> None:

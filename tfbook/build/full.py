@@ -1,4 +1,4 @@
-"""``make full`` / ``python -m tfbook.full``: every notebook in the full profile, with a report.
+"""``make full`` / ``python -m tfbook.build.full``: every notebook in the full profile, with a report.
 
 Each notebook of ``_toc.yml`` is executed with ``TFBOOK_PROFILE=full`` into a scratch copy under
 ``_build/full/`` (the stored quick-profile outputs are never touched), with claims in record-only
@@ -13,9 +13,9 @@ any notebook raised.
 several days or machines of one kind); a stored report lists the notebooks never run as ``not run``.
 ``--merge REPORT...`` does the same for reports written on another machine.
 
-``--count`` runs each notebook under `tfbook.opcount.OpCounter`: launches, FLOPs, bytes and the
+``--count`` runs each notebook under `tfbook.build.opcount.OpCounter`: launches, FLOPs, bytes and the
 peak of live tensors are counted, and the report gives the time they predict on one H100
-(`tfbook.opcount.h100_seconds`, its model stated there). Storing or merging a counted run records
+(`tfbook.build.opcount.h100_seconds`, its model stated there). Storing or merging a counted run records
 that estimate in the notebook's metadata (``"tfbook": {"h100_estimate": {...}}``), where
 ``--estimate`` and the expected GPU times read it. ``--page`` renders every stored report into ``book/full_results.md`` (``--check``: is it current?),
 with a comparison of devices: every claim that holds on one device must hold on every other device
@@ -42,13 +42,13 @@ from typing import Optional
 
 import nbformat
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRATCH = ROOT / "_build" / "full"
 REPORTS = ROOT / "book" / "full_reports"
 PAGE = ROOT / "book" / "full_results.md"
-STORAGE = REPORTS / "storage.json"  # dense against sparse storage (`python -m tfbook.bench --storage --store`)
+STORAGE = REPORTS / "storage.json"  # dense against sparse storage (`python -m tfbook.build.bench --storage --store`)
 COUNT = """\
-from tfbook.opcount import OpCounter as _OpCounter
+from tfbook.build.opcount import OpCounter as _OpCounter
 _tfbook_counter = _OpCounter().__enter__()
 """
 MEASURE = """\
@@ -86,15 +86,15 @@ class Result:
     torch: str = ""
     # every claim as printed: title, ref, statement, measured, relation, bound, holds, kind
     claims: list[dict] = field(default_factory=list)
-    ops: Optional[dict] = None  # a counted run's `tfbook.opcount.OpCounter.report`, else None
+    ops: Optional[dict] = None  # a counted run's `tfbook.build.opcount.OpCounter.report`, else None
     concurrent: int = 1  # notebooks running at once on the machine (more than 1: a slower wall time)
-    code_hash: str = ""  # `tfbook.claims_audit.code_hash` of the notebook run ("" when not recorded)
-    library_hash: str = ""  # `tfbook.claims_audit.library_hash` of the library it ran with ("" when not recorded)
+    code_hash: str = ""  # `tfbook.build.audit_file.code_hash` of the notebook run ("" when not recorded)
+    library_hash: str = ""  # `tfbook.build.claims_audit.library_hash` of the library it ran with ("" when not recorded)
 
 
 def notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
     """The notebooks of ``_toc.yml`` in book order."""
-    from tfbook.claims_page import toc_chapters
+    from tfbook.build.claims_page import toc_chapters
 
     return [root / f"{f}.ipynb" for chapter in toc_chapters(root) for f in chapter]
 
@@ -117,8 +117,9 @@ def run_one(path: pathlib.Path, scratch: pathlib.Path, root: pathlib.Path = ROOT
             count: bool = False) -> Result:
     """Execute one notebook in the full profile into ``scratch`` (under the operation counter if
     ``count``); never raises on claim failures."""
-    from tfbook.claims_audit import code_hash, library_hash
-    from tfbook.notebooks import execute_notebook
+    from tfbook.build.audit_file import code_hash
+    from tfbook.build.claims_audit import library_hash
+    from tfbook.build.notebooks import execute_notebook
 
     rel = path.relative_to(root)
     result = Result(str(rel), date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -298,7 +299,8 @@ Hashes = tuple[dict[str, str], str]  # notebook → code hash, and the library h
 
 def current_hashes(root: pathlib.Path = ROOT) -> Hashes:
     """The code hash of every notebook of ``_toc.yml`` and the library hash, as the tree is now."""
-    from tfbook.claims_audit import code_hash, library_hash
+    from tfbook.build.audit_file import code_hash
+    from tfbook.build.claims_audit import library_hash
 
     return ({str(p.relative_to(root)): code_hash(nbformat.read(p, as_version=4)) for p in notebooks(root)},
             library_hash(root))
@@ -440,7 +442,7 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
            "Every notebook of this book runs in two profiles. The pages show the *quick* profile: small sizes, "
            "on a CPU, so that the stored outputs can be checked on any machine. The *full* profile runs the same "
            "constructions and claims at larger sizes, on a GPU when there is one (`make full`, or "
-           "`python -m tfbook.full --store NOTEBOOK...` for a part of the book). Each run is merged into the "
+           "`python -m tfbook.build.full --store NOTEBOOK...` for a part of the book). Each run is merged into the "
            "report of its device; this page renders those reports. A claim that fails in the full profile is "
            "recorded here, not hidden; a notebook that has not been run in the full profile on a device is "
            "listed as not run. A run on a GPU device with a peak GPU memory of 0 allocated nothing on the GPU: its "
@@ -508,7 +510,7 @@ def _wall(run: dict) -> str:
 
 
 # memory bandwidth, TB/s: the H100 SXM (80 GB HBM3, the kind lent here) has the H200's SMs and clocks, so it is at
-# most this much slower; the PCIe card of `tfbook.opcount.H100` (fewer SMs, 2.0 TB/s) is not bounded by it
+# most this much slower; the PCIe card of `tfbook.build.opcount.H100` (fewer SMs, 2.0 TB/s) is not bounded by it
 H200_OVER_H100 = 4.8 / 3.35
 
 
@@ -559,7 +561,7 @@ def estimates_section(reports: dict[str, dict], recorded: Optional[dict[str, dic
                 counted[n["notebook"]] = n
     if not counted and not recorded:
         return []
-    from tfbook.opcount import H100
+    from tfbook.build.opcount import H100
 
     out = ["## Estimated time on one H100", "",
            "A run with `--count` counts every tensor operation of a notebook's full profile: kernel launches, "
@@ -635,7 +637,7 @@ def _storage_cells(r: dict) -> tuple[str, ...]:
 
 
 def storage_section(rows: Optional[list[dict]]) -> list[str]:
-    """The page's table of `tfbook.bench_core.storage_table` rows: each construction stored dense and
+    """The page's table of `tfbook.build.bench_core.storage_table` rows: each construction stored dense and
     sparse, the ratios of stored scalars and forward times, and the relative gap of the forwards."""
     out = ["## Dense and sparse storage", "",
            "Each construction of the bench with weights, and the chapters' full-profile sizes the bench lacks, "
@@ -645,7 +647,7 @@ def storage_section(rows: Optional[list[dict]]) -> list[str]:
            "values and index entries; a forward's time is the median of several after a warm-up, on one thread. "
            "The quick profile keeps its storage rule (`tfbook.layers.sparse`).", ""]
     if not rows:
-        return out + ["Not measured: `python -m tfbook.bench --storage --store` writes "
+        return out + ["Not measured: `python -m tfbook.build.bench --storage --store` writes "
                       "`book/full_reports/storage.json`.", ""]
     table = [("construction", "size", "stored dense", "stored sparse", "dense / sparse", "non-zeros", "dense s",
               "sparse s", "time dense / sparse", "max rel. diff", "")]
@@ -689,7 +691,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--merge", nargs="+", type=pathlib.Path, metavar="REPORT",
                         help="merge reports written elsewhere (e.g. on a GPU machine) into the stored ones")
     parser.add_argument("--count", action="store_true",
-                        help="count operations and estimate the H100 time (see tfbook.opcount)")
+                        help="count operations and estimate the H100 time (see tfbook.build.opcount)")
     parser.add_argument("--compare", nargs=2, type=pathlib.Path, metavar="REPORT", help="two reports' disagreements")
     parser.add_argument("--concurrent", type=int, default=1, metavar="K",
                         help="notebooks this run shares the machine with, itself included (recorded in the report)")

@@ -1,13 +1,16 @@
-"""``python -m tfbook.bench``: time the build and forward pass of each registered construction.
+"""``python -m tfbook.build.bench``: time the build and forward pass of each benchmarked construction.
 
-Chapters register their heaviest constructions with `register` when their module is imported;
-the bench imports every module and subpackage of ``tfbook`` (so a new chapter needs no change
-here), then runs each registered construction on the CPU and (when present) on CUDA, and prints build time, forward time and peak memory
-(CUDA: allocator peak; CPU: the process's peak resident set, a coarse upper bound).
+Every library module (the core's and the chapters', never this subpackage) may define ``bench_cases()``,
+which returns its heaviest constructions as ``{name: {"build": ..., "forward": ..., "units": ..., "count": ...}}``
+(the fields of `tfbook.build.bench_core.Benchmark` other than the name) and imports nothing from
+`tfbook.build`. The bench imports every top-level module and subpackage of ``tfbook`` and reads their
+cases (so a new chapter needs no change here), adds the core's own (`tfbook.build.bench_core.bench_cases`),
+then runs each construction on the CPU and (when present) on CUDA, and prints build time, forward time
+and peak memory (CUDA: allocator peak; CPU: the process's peak resident set, a coarse upper bound).
 ``--storage`` builds every construction with core layers twice on the CPU, all dense and sparse, and
-compares their forwards, stored scalars and times (`tfbook.bench_core.storage_table`; ``--store`` writes
+compares their forwards, stored scalars and times (`tfbook.build.bench_core.storage_table`; ``--store`` writes
 ``book/full_reports/storage.json``). ``--sparse-scale`` runs only the scale targets of sparse storage
-(`tfbook.bench_core.sparse_scale`).
+(`tfbook.build.bench_core.sparse_scale`).
 """
 from __future__ import annotations
 
@@ -16,32 +19,11 @@ import importlib
 import pkgutil
 import resource
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
 
 import torch
 
-
-@dataclass(frozen=True)
-class Benchmark:
-    """``build(device)`` returns a state that ``forward(state)`` runs; ``units`` counts work per forward."""
-
-    name: str
-    build: Callable[[torch.device], Any]
-    forward: Callable[[Any], Any]
-    units: str = ""
-    count: int = 0
-
-
-REGISTRY: dict[str, Benchmark] = {}
-
-
-def register(name: str, build: Callable[[torch.device], Any], forward: Callable[[Any], Any],
-             units: str = "", count: int = 0) -> None:
-    """Register a construction under a unique ``name`` (re-registering replaces it)."""
-    if not name:
-        raise ValueError("name must be a non-empty string")
-    REGISTRY[name] = Benchmark(name, build, forward, units, count)
+from tfbook.build import bench_core
+from tfbook.build.bench_core import Benchmark
 
 
 def _sync(device: torch.device) -> None:
@@ -73,21 +55,26 @@ def run_one(bench: Benchmark, device: torch.device, repeats: int = 3) -> dict[st
 
 
 def chapter_modules() -> list[str]:
-    """Every top-level module and subpackage of ``tfbook`` (chapters register on import)."""
+    """Every top-level module and subpackage of ``tfbook`` outside `tfbook.build` (the library)."""
     import tfbook
 
-    return sorted(f"tfbook.{m.name}" for m in pkgutil.iter_modules(tfbook.__path__) if not m.name.startswith("_"))
+    return sorted(f"tfbook.{m.name}" for m in pkgutil.iter_modules(tfbook.__path__)
+                  if not m.name.startswith("_") and m.name != "build")
 
 
-def load_chapters() -> dict[str, Benchmark]:
-    """Import every module of ``tfbook`` so that chapters' benchmarks register themselves; return the registry.
+def chapter_cases() -> dict[str, Benchmark]:
+    """The cases of every library module that defines ``bench_cases()``, in module order."""
+    cases: dict[str, Benchmark] = {}
+    for name in chapter_modules():
+        module = importlib.import_module(name)
+        if hasattr(module, "bench_cases"):
+            cases.update(bench_core.as_benchmarks(module.bench_cases()))
+    return cases
 
-    Chapters register into the module ``tfbook.bench``, which is not ``__main__`` under ``python -m``,
-    so the registry is read from the imported module.
-    """
-    for module in chapter_modules():
-        importlib.import_module(module)
-    return importlib.import_module("tfbook.bench").REGISTRY
+
+def load_cases() -> dict[str, Benchmark]:
+    """Every benchmarked construction: the core's (`tfbook.build.bench_core.bench_cases`), then the chapters'."""
+    return {**bench_core.as_benchmarks(bench_core.bench_cases()), **chapter_cases()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,10 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sparse-scale", action="store_true",
                         help="only the Besov transformer at N = 200 and 10^4 atoms, sparse and dense storage "
-                             "(tfbook.bench_core.sparse_scale; minutes)")
+                             "(tfbook.build.bench_core.sparse_scale; minutes)")
     parser.add_argument("--storage", action="store_true",
                         help="dense against sparse storage of every construction, and of the chapters' full sizes "
-                             "(tfbook.bench_core.storage_table; one thread, minutes)")
+                             "(tfbook.build.bench_core.storage_table; one thread, minutes)")
     parser.add_argument("--store", action="store_true", help="with --storage: write book/full_reports/storage.json")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -107,17 +94,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.store and not args.storage:
         parser.error("--store goes with --storage")
     if args.storage:
-        importlib.import_module("tfbook.bench_core").storage_table(args.only, args.store, args.repeats)
+        bench_core.storage_table(load_cases(), args.only, args.store, args.repeats)
         return
     if args.sparse_scale:
-        importlib.import_module("tfbook.bench_core").sparse_scale()
+        bench_core.sparse_scale()
         return
-    registry = load_chapters()
     devices = [torch.device("cpu")] + ([torch.device("cuda:0")] if torch.cuda.is_available() else [])
     header = f"{'benchmark':44s} {'device':6s} {'build s':>9s} {'forward s':>10s} {'peak MiB':>9s}  throughput"
     print(header)
     print("-" * len(header))
-    for bench in registry.values():
+    for bench in load_cases().values():
         if args.only not in bench.name:
             continue
         for device in devices:
