@@ -65,8 +65,10 @@ test-mutation: $(STAMP)
 	$(QUICK) OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m mutation tests/book
 
 ## make test-claims: every notebook under three sabotages of the core (zero, eps, weights; tfbook.build.claims_audit),
-## $(JOBS) runs at a time, into a scratch audit; then every construction claim must be broken by a sabotage (or be
-## on tests/claims_audit_allow.json), no other claim may move, and book/claims_audit.json must be current and agree.
+## $(JOBS) runs at a time, and once more without training (TFBOOK_UNTRAINED=1) for the notebooks with experiment
+## claims, into a scratch audit; then every construction claim must be broken by a sabotage and every experiment
+## claim by the untrained run (or be on tests/claims_audit_allow.json), no other claim may move, and
+## book/claims_audit.json must be current and agree.
 test-claims: $(STAMP)
 	$(PY) -m tfbook.build.claims_audit run --jobs $(JOBS) --output _build/claims_audit/audit.json
 	$(PY) -m tfbook.build.claims_audit check --fresh _build/claims_audit/audit.json

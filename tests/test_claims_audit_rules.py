@@ -227,3 +227,45 @@ def test_no_imported_module_outside_the_core_and_the_audit_holds_the_hooks():
         if refs:
             held[info.name] = refs
     assert held == {}
+
+
+def _trained_audit(untrained: str = "failed", hits: int = 2, status: str = "completed") -> dict:
+    """An audit whose notebook has one experiment claim and its run without training."""
+    audit = _audit()
+    entry = audit["notebooks"][NB]
+    entry["untrained"] = {"status": status, "hits": hits, "seconds": 1.0, "error": ""}
+    entry["claims"].append({**_claim("Sec. 6", [], kind="experiment"), "untrained": untrained, "moved_under": []})
+    return audit
+
+
+def test_an_experiment_claim_that_holds_without_training_fails_unless_allowed():
+    assert ca.rules(_trained_audit(), {}) == []
+    audit = _trained_audit("held")
+    claim = audit["notebooks"][NB]["claims"][-1]
+    key = ca.NEEDS_NO_TRAINING + ca.allow_key(NB, claim)
+    assert ca.rules(audit, {}) == [f"experiment claim held without training (untrained): {NB}, cell 1 (c1): "
+                                   f"Sec. 6: Sec. 6 statement"]
+    assert ca.rules(audit, {key: "colsym"}) == []
+    assert key in ca.violations(_trained_audit("not reached"))  # a stop judges nothing
+
+
+def test_an_experiment_notebook_needs_a_run_without_training_that_hits_a_trainer():
+    audit = _trained_audit()
+    del audit["notebooks"][NB]["untrained"]
+    assert ca.rules(audit, {}) == [f"{NB}: 1 experiment claims and no run without training (untrained)"]
+    failures = ca.rules(_trained_audit(hits=0), {})
+    assert len(failures) == 1 and failures[0].startswith(f"{NB} [untrained]: no training routine asked")
+    stopped = _trained_audit(status="error")
+    assert f"{ca.STOP}{NB}::untrained" in ca.violations(stopped)
+
+
+@pytest.mark.parametrize("kind, moves, bad", [
+    ("control", "untrained", True), ("control", "zero", False), ("baseline", "untrained", True),
+    ("baseline", "eps", True), ("baseline", "weights", False), ("experiment", "untrained", False),
+    ("size", "untrained", True), ("paper", "untrained", True)])
+def test_each_kind_is_held_to_the_runs_it_cannot_depend_on(kind, moves, bad):
+    audit = _audit()
+    claim = {**_claim("Lemma 3", [], kind=kind), "moved_under": [moves], "exact": True, "raw": "1",
+             "raw_under": {moves: "2"}}
+    audit["notebooks"][NB]["claims"].append(claim)
+    assert (ca.MIS_KINDED + ca.allow_key(NB, claim) in ca.violations(audit)) == bad

@@ -32,13 +32,17 @@ Lemma 1  sup |f_m - x^2| on [0,1],   constr   0.00391  <= 0.00391               
 loudly, except in *record-only mode* (``TFBOOK_CLAIMS=record``, set by ``make full``): then a
 failing claim is recorded and printed as ``NO``. Every claim, held or not and in either mode, is
 appended to the JSON-lines file named by ``TFBOOK_CLAIMS_SINK`` when it is set (the claims audit
-reads it; `tfbook.notebooks.execute` counts the claims a notebook executed from it).
+reads it; `tfbook.build.notebooks.execute` counts the claims a notebook executed from it).
 
 Every claim has a *kind* (`KINDS`), shown in every table (abbreviated in the plain text):
 ``"construction"`` (the default: measured on a built model, e.g. its error, exactness, states or
 attention), ``"size"`` (a count or norm of the built model against a paper's formula),
-``"paper"`` (the paper's mathematics, computed without a construction) and ``"experiment"`` (a
-trained model or a statistical experiment). A size claim computes its own bound:
+``"paper"`` (the paper's mathematics, computed without a construction), ``"experiment"`` (a
+trained model or a statistical experiment: it must fail when the training is skipped,
+``TFBOOK_UNTRAINED=1``), and the yardsticks beside an experiment or a construction: ``"control"``
+(a check that would pass if the claim beside it were false, e.g. an ablated or mutated model, a wrong
+label, a stalled estimator) and ``"baseline"`` (a model-free rule, a fixed comparator or a property of
+the data); neither may depend on the training. A size claim computes its own bound:
 ``formula=fn, params={...}`` with ``fn`` registered by `paper_formula` (its arguments are numbers
 only), and the bound is ``fn(**params)``. ``trivial=x`` prints the trivial scale beside an upper
 bound (``||f||``, or the do-nothing model's error) and bound/trivial; a construction claim whose
@@ -53,7 +57,7 @@ printed for numeric claims (``-`` where it is undefined or would be rounding noi
 `Claims.show` displays one output with three representations: ``text/plain`` (lines of at most
 100 characters, the statement column wrapped; what nbval compares), ``text/html`` (the book's
 table) and ``application/vnd.tfbook.claims+json`` (a machine-readable record, read by
-`tfbook.claims_page` to list every claim of the book from the stored notebooks). All three are
+`tfbook.build.claims_page` to list every claim of the book from the stored notebooks). All three are
 built from the formatted strings only, so they are identical on every machine.
 """
 from __future__ import annotations
@@ -81,7 +85,8 @@ MIME = "application/vnd.tfbook.claims+json"
 """The mime type of the machine-readable claims record stored with every `Claims.show` output."""
 SCHEMA = 2
 """Version of the record: 2 added each claim's ``kind``, ``trivial``, ``bound_over_trivial`` and ``formula``."""
-KINDS = {"construction": "constr", "size": "size", "paper": "paper", "experiment": "expt"}
+KINDS = {"construction": "constr", "size": "size", "paper": "paper", "experiment": "expt", "control": "ctrl",
+         "baseline": "base"}
 """The kinds of claim, each with its label in the plain-text table."""
 UPPER = ("<=", "<")
 """The relations of an upper bound: the only ones that take a trivial scale."""

@@ -12,6 +12,7 @@ True
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -21,6 +22,36 @@ from torch import nn
 from tfbook import validate
 
 F32 = torch.float32
+UNTRAINED_ENV = "TFBOOK_UNTRAINED"  # =1: every training routine keeps its initial parameters (the claims audit)
+_untrained_hits = 0
+
+
+def untrained(routine: str) -> bool:
+    """Whether the training routine ``routine`` must skip its steps: True under ``TFBOOK_UNTRAINED=1``.
+
+    Every routine in `tfbook` that estimates a model from data (Adam loops, least-squares and ERM fits of
+    the estimators an experiment is about) asks this once per call and, when True, returns its initial
+    parameters (a least-squares fit: zero coefficients) with the same outputs' shapes, so that the claims
+    audit can check that each experiment claim needs its training. Baselines and references that fit
+    (a context's least squares, the best fixed mask) do not ask: they are the fixed comparators.
+    Each True answer is a hit (`untrained_hits`); ``routine`` names the asker for error messages.
+
+    >>> import os; os.environ.pop(UNTRAINED_ENV, None) and None; untrained("doctest")
+    False
+    """
+    global _untrained_hits
+    value = os.environ.get(UNTRAINED_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{UNTRAINED_ENV} must be '', '0' or '1', got {value!r} (asked by {routine})")
+    if value != "1":
+        return False
+    _untrained_hits += 1
+    return True
+
+
+def untrained_hits() -> int:
+    """How many training routines `untrained` has told to skip their steps in this process."""
+    return _untrained_hits
 
 
 def window_mask(n: int, window: int, circular: bool = False) -> torch.Tensor:
@@ -136,7 +167,7 @@ def fit(factory: Callable[[], nn.Module], X, y, X_test, y_test, *, seed: int, ep
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
-    for _ in range(epochs):
+    for _ in range(0 if untrained("training.fit") else epochs):
         order = torch.randperm(X.shape[0], generator=gen)
         for s in range(0, X.shape[0], batch_size):
             idx = order[s:s + batch_size].to(X.device)

@@ -25,6 +25,7 @@ from tfbook import validate
 from tfbook.besov.rates import smoothness
 from tfbook.besov.references import bspline
 from tfbook.device import DTYPE
+from tfbook.training import untrained
 
 GRIDS = ("aniso", "iso")
 RIDGE = 1e-8  # keeps atoms without samples at coefficient 0
@@ -43,8 +44,11 @@ def hat_features(X: torch.Tensor, k: Sequence[int]) -> torch.Tensor:
 
 
 def fit_and_test(k: Sequence[int], X: torch.Tensor, y: torch.Tensor, Xt: torch.Tensor, ft: torch.Tensor) -> float:
-    """Least squares on the dyadic grid ``k``; the mean squared error against ``ft`` at ``Xt``."""
+    """Least squares on the dyadic grid ``k``; the mean squared error against ``ft`` at ``Xt`` (of the zero
+    function, the fit's start, under ``TFBOOK_UNTRAINED=1``: `tfbook.training.untrained`)."""
     M = [2 ** int(kc) for kc in k]
+    if untrained("besov.fit_and_test"):
+        return float(np.mean(ft.cpu().numpy() ** 2))
     coef = least_squares(sparse_hat_features(X.cpu().numpy(), M), y.cpu().numpy())
     return float(np.mean((sparse_hat_features(Xt.cpu().numpy(), M) @ coef - ft.cpu().numpy()) ** 2))
 
@@ -120,7 +124,9 @@ def sieve_fit(target: Callable[[torch.Tensor], torch.Tensor], alpha: Sequence[fl
               step: float = 0.25, max_atoms: int = 10**6, n_test: int = 4000) -> Fit:
     """Least squares from n samples y = target(x) + N(0, noise^2), x uniform on [0, 1]^D, predictions
     clipped to [-clip, clip] when given (the paper's truncation at F). ``level`` None: K chosen on the last 20% of
-    the samples among the grids with >= 4 samples per atom, then refitted on all n; else K = ``level``."""
+    the samples among the grids with >= 4 samples per atom, then refitted on all n; else K = ``level``.
+    Under ``TFBOOK_UNTRAINED=1`` (`tfbook.training.untrained`) nothing is fitted: the level is ``level`` (0 when
+    None) and every coefficient 0, the fit's start."""
     kind = validate.choice("kind", kind, GRIDS)
     smoothness(alpha)
     n, seed = validate.positive_int("n", n, 2), validate.positive_int("seed", seed, 0)
@@ -128,6 +134,9 @@ def sieve_fit(target: Callable[[torch.Tensor], torch.Tensor], alpha: Sequence[fl
     clip = math.inf if clip is None else validate.real("clip", clip, low=0, low_open=True)
     step = validate.real("step", step, low=0, low_open=True)
     X, y, Xt, ft = _sample(target, len(alpha), n, seed, noise, validate.positive_int("n_test", n_test))
+    if untrained("besov.sieve_fit"):
+        K = 0.0 if level is None else validate.real("level", level, low=0)
+        return Fit(K, atoms(resolutions(alpha, kind, K)), float(np.mean(ft ** 2)))
     K = _holdout_level(alpha, kind, X, y, clip, step, max_atoms) if level is None else validate.real("level", level, low=0)
     M = resolutions(alpha, kind, K)
     coef = least_squares(sparse_hat_features(X, M), y)

@@ -21,6 +21,9 @@ SABOTAGES: dict[str, dict[str, str]] = {
     "weights": {"TFBOOK_PERTURB_WEIGHTS": "1e-3"},
 }
 """The three sabotages, by name, with the environment each sets in the kernel."""
+UNTRAINED = "untrained"
+"""The run without training (``TFBOOK_UNTRAINED=1``, `tfbook.training.untrained`), only for the notebooks with
+experiment claims: every experiment claim must fail in it, and no other claim may move."""
 
 Key = tuple[Optional[str], str, str, int]
 

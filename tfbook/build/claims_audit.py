@@ -24,8 +24,9 @@ Rules (``check``), each failure naming notebook, cell and claim:
 * a *construction* claim whose printed bound under a sabotage differs from its stored bound fails
   (a bound must come from the paper's constants, settings or references computed without the core,
   never from the sabotaged model), unless it is on the allow-list under ``moving-bound::``;
-* a claim of another kind (size, experiment) whose measured value moves under ``zero`` or ``eps``,
-  or a *paper* claim whose value moves under any sabotage, is mis-kinded and fails. Values are
+* a claim of another kind whose measured value moves where its kind says it cannot (`HELD_TO`: a
+  *paper* claim under any run, a *size* or *baseline* claim under ``zero``, ``eps`` or ``untrained``,
+  an *experiment* claim under ``zero`` or ``eps``, a *control* under ``untrained``) is mis-kinded and fails. Values are
   compared at full precision (``repr``) with the same claim's value in a run without a sabotage
   (`BASELINE`, executed beside the three), whose kind is the one judged; a claim that run did not
   reach is compared by its printed value with the stored one (for a table whose stored digits are not
@@ -35,6 +36,11 @@ Rules (``check``), each failure naming notebook, cell and claim:
 * an allow-list entry that names no unbroken construction claim of its chapter fails;
 * stored outputs older than the notebook's code (a claim's cell id that no code cell has) fail;
 * a run without a sabotage that does not complete fails (no full-precision reference).
+* a notebook with experiment claims is run once more without training (`UNTRAINED`,
+  ``TFBOOK_UNTRAINED=1``: every training routine keeps its initial parameters, `tfbook.training.untrained`):
+  an *experiment* claim that does not fail there needs no training and fails (allow-list key
+  ``needs-no-training::<key>``), and so does that run when no training routine asked the hook (it hit
+  nothing) or stopped.
 
 * a statement (a notebook's ``ref``) with construction claims none of which *fails* under ``eps``
   or ``weights`` (a 1e-3 sabotage; only ``zero`` breaks it) fails, unless listed under
@@ -82,9 +88,9 @@ The allow-list, `ALLOW` (``tests/claims_audit_allow.json``): a JSON object mappi
 allow key, ``"<notebook>::<cell id>::<ref>::<statement>"`` (with ``::#<n>`` appended for the n-th,
 n >= 2, claim of the same cell, ref and statement), to its chapter (the notebook's folder under
 ``book/``); an unbroken claim is listed under its key, the other violations under ``moving-bound::<key>``,
-``unreached::<key>``, ``mis-kinded::<key>``, ``stop::<notebook>::<sabotage>`` and
-``zero-only::<notebook>::<ref>``. It may only shrink: ``allow`` prunes entries that no longer match, ``allow --seed``
-adds every violation of the paper chapters (when a rule is introduced; the chapters' issues empty it).
+``unreached::<key>``, ``mis-kinded::<key>``, ``needs-no-training::<key>``, ``stop::<notebook>::<sabotage>``
+and ``zero-only::<notebook>::<ref>``. It may only shrink: ``allow`` prunes entries that no longer match,
+``allow --seed`` adds every violation of the paper chapters (when a rule is introduced; the chapters' issues empty it).
 
 Command line::
 
@@ -117,7 +123,7 @@ from typing import Any, Optional
 import nbformat
 
 from tfbook.build import claims_page
-from tfbook.build.audit_file import AUDIT, SABOTAGES, SCHEMA, code_hash, keyed, load
+from tfbook.build.audit_file import AUDIT, SABOTAGES, SCHEMA, UNTRAINED, code_hash, keyed, load
 from tfbook.claims import cell_id
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -126,23 +132,34 @@ SCRATCH = "_build/claims_audit"
 BASELINE = "none"
 """The run without a sabotage: its full-precision values and bounds, and each claim's kind, are what the
 sabotaged runs are compared with (printed digits would hide a small move)."""
-HIT_COUNTER = {"zero": "TFBOOK_PERTURB_CORE", "eps": "TFBOOK_PERTURB_CORE", "weights": "TFBOOK_PERTURB_WEIGHTS"}
-"""The `tfbook.layers.sabotage_hits` count that tells whether each sabotage hit anything."""
+RUN_ENV = {**SABOTAGES, UNTRAINED: {"TFBOOK_UNTRAINED": "1"}}
+"""The environment of every audit run but the baseline."""
+HIT_COUNTER = {"zero": "TFBOOK_PERTURB_CORE", "eps": "TFBOOK_PERTURB_CORE", "weights": "TFBOOK_PERTURB_WEIGHTS",
+               UNTRAINED: "TFBOOK_UNTRAINED"}
+"""The hit count (`tfbook.layers.sabotage_hits`, `tfbook.training.untrained_hits`) that tells whether each run's
+change hit anything."""
 CORE_SABOTAGES = ("zero", "eps")
-"""A claim that is not a construction claim must not move under these."""
+"""A size, experiment or baseline claim must not move under these."""
+HELD_TO = {"paper": (*SABOTAGES, UNTRAINED), "size": (*CORE_SABOTAGES, UNTRAINED), "experiment": CORE_SABOTAGES,
+           "baseline": (*CORE_SABOTAGES, UNTRAINED), "control": (UNTRAINED,)}
+"""The runs under which a claim of each kind but construction must not move: a paper claim reads no model, a
+size claim counts an untrained construction, an experiment or baseline claim reads no core layer, a control
+(an ablated model, a stalled estimator) may go through the core but not through the training."""
 PAPER_CHAPTERS = ("colsym", "turing", "icgd", "seq2seq", "besov")
 """The chapters (folders under ``book/``) whose unbroken construction claims may be allow-listed."""
 TIMEOUT_FACTOR, DEFAULT_QUICK_SECONDS, MIN_TIMEOUT = 3, 300, 60
 UNSTABLE_TAG = "nbval-ignore-output"
 _ENV_BASE = {"TFBOOK_PROFILE": "quick", "OMP_NUM_THREADS": "1", "TFBOOK_CLAIMS": "record",
-             "TFBOOK_PERTURB_CORE": "", "TFBOOK_PERTURB_WEIGHTS": ""}
+             "TFBOOK_PERTURB_CORE": "", "TFBOOK_PERTURB_WEIGHTS": "", "TFBOOK_UNTRAINED": ""}
 _HOOK_MARK = "# tfbook.build.claims_audit hook"
 _HOOK = _HOOK_MARK + """: after every cell, write the sabotage hit counts so far (never stored in a notebook)
 def _tfbook_audit_hits(*_args, _path={path!r}):
     import json, sys
-    layers = sys.modules.get("tfbook.layers")
+    layers, training = sys.modules.get("tfbook.layers"), sys.modules.get("tfbook.training")
+    hits = dict(layers.sabotage_hits()) if layers is not None else {{}}
+    hits["TFBOOK_UNTRAINED"] = training.untrained_hits() if training is not None else 0
     with open(_path, "w") as f:
-        json.dump(layers.sabotage_hits() if layers is not None else {{}}, f)
+        json.dump(hits, f)
 get_ipython().events.register("post_run_cell", _tfbook_audit_hits)
 del _tfbook_audit_hits
 """
@@ -266,7 +283,7 @@ def run_one(path: pathlib.Path, sabotage: str, scratch: pathlib.Path, root: path
             deadline[0] = now + budget
         return max(1, int(math.ceil(deadline[0] - now)))
 
-    env = {**_ENV_BASE, "TFBOOK_CLAIMS_SINK": str(sink.resolve()), **SABOTAGES.get(sabotage, {})}
+    env = {**_ENV_BASE, "TFBOOK_CLAIMS_SINK": str(sink.resolve()), **RUN_ENV.get(sabotage, {})}
     start = time.perf_counter()
     try:
         execute_notebook(nb, path.resolve().parent, path=f"{rel} [{sabotage}]", env=env, timeout_func=remaining,
@@ -291,10 +308,12 @@ def run_one(path: pathlib.Path, sabotage: str, scratch: pathlib.Path, root: path
 
 
 def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path = ROOT,
-                   library: Optional[str] = None, baseline: Optional[Run] = None) -> dict[str, Any]:
-    """The audit entry of one notebook from its stored claims, its runs under each sabotage and its run
+                   library: Optional[str] = None, baseline: Optional[Run] = None,
+                   untrained: Optional[Run] = None) -> dict[str, Any]:
+    """The audit entry of one notebook from its stored claims, its runs under each sabotage, its run
     without one (``baseline``: each claim's kind, full-precision value and bound; without it the printed
-    stored values are compared)."""
+    stored values are compared) and its run without training (``untrained``, for a notebook with experiment
+    claims: each claim's outcome there, under ``"untrained"``, and whether it moved, in ``moved_under``)."""
     nb = nbformat.read(path, as_version=4)
     rel = _relative(path, root)
     stored = stored_claims(nb)
@@ -304,6 +323,8 @@ def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path 
             index.setdefault(cell_id(cell.source), i)
     matched = {s: match(stored, run.claims) for s, run in runs.items()}
     fresh_of = match(stored, baseline.claims)[0] if baseline is not None else [None] * len(stored)
+    compared = {**runs, **({UNTRAINED: untrained} if untrained is not None else {})}
+    matched.update({UNTRAINED: match(stored, untrained.claims)} if untrained is not None else {})
     claims = []
     for i, (c, key) in enumerate(zip(stored, keyed(stored))):
         fresh = None if fresh_of[i] is None else baseline.claims[fresh_of[i]]
@@ -311,7 +332,7 @@ def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path 
         # only the side of its bound it prints is fixed
         exact = fresh is not None and "raw_bound" in fresh and not c.get("roundoff")
         outcome, measured, bounds, raw = {}, {}, {}, {}
-        for s, run in runs.items():
+        for s, run in compared.items():
             j = matched[s][0][i]
             if j is None:
                 outcome[s], measured[s] = ("missing" if run.status == "completed" else "not reached"), None
@@ -328,6 +349,9 @@ def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path 
                  "not_reached": [s for s in runs if outcome[s] in ("not reached", "missing")],
                  "outcome": outcome, "measured_under": measured,
                  "exact": exact, "bound": fresh["raw_bound"] if exact else c["bound"], "bound_under": bounds}
+        if untrained is not None:
+            entry["untrained"] = outcome.pop(UNTRAINED)
+            del bounds[UNTRAINED]
         if kind != "construction":
             if exact:
                 reference, entry["raw"], entry["raw_under"] = fresh["raw_measured"], fresh["raw_measured"], raw
@@ -335,7 +359,9 @@ def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path 
                 reference = c["measured"]
                 if c["unstable"] and measured.get("weights") is not None:
                     reference = measured["weights"]  # stored digits are not machine-stable: same-machine value
-            entry["moved_under"] = [s for s in runs if raw[s] is not None and raw[s] != reference]
+            entry["moved_under"] = [s for s in compared if raw[s] is not None and raw[s] != reference]
+        if untrained is not None and kind == "construction":
+            del raw[UNTRAINED], measured[UNTRAINED]
         claims.append(entry)
     extra = [{"sabotage": s, "cell": run.claims[j].get("cell"), "ref": run.claims[j]["ref"],
               "statement": run.claims[j]["statement"]} for s, run in runs.items() for j in matched[s][1]]
@@ -349,6 +375,8 @@ def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path 
                  for s, r in runs.items()},
         "baseline": None if baseline is None else {"status": baseline.status, "seconds": round(baseline.seconds, 1),
                                                    "error": baseline.error},
+        "untrained": None if untrained is None else {"status": untrained.status, "hits": untrained.hits,
+                                                     "seconds": round(untrained.seconds, 1), "error": untrained.error},
         "claims": claims,
         "extra": extra,
     }
@@ -367,14 +395,22 @@ def run_audit(paths: list[pathlib.Path], root: pathlib.Path = ROOT, jobs: int = 
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     scratch = scratch or root / SCRATCH
     budgets = {p: timeout_seconds(nbformat.read(p, as_version=4)) for p in paths}
-    tasks = sorted(((p, s) for p in paths for s in (*SABOTAGES, BASELINE)), key=lambda t: -budgets[t[0]])
+    trains = {p for p in paths if trained(nbformat.read(p, as_version=4))}
+    tasks = sorted(((p, s) for p in paths for s in (*SABOTAGES, BASELINE, *([UNTRAINED] if p in trains else []))),
+                   key=lambda t: -budgets[t[0]])
     with ThreadPoolExecutor(jobs) as pool:
         futures = {task: pool.submit(run_one, task[0], task[1], scratch, root, budgets[task[0]], log)
                    for task in tasks}
     library = library_hash(root)
     return {_relative(p, root): audit_notebook(p, {s: futures[(p, s)].result() for s in SABOTAGES}, root, library,
-                                               futures[(p, BASELINE)].result())
+                                               futures[(p, BASELINE)].result(),
+                                               futures[(p, UNTRAINED)].result() if p in trains else None)
             for p in paths}
+
+
+def trained(nb: nbformat.NotebookNode) -> bool:
+    """Whether a notebook's stored claims include an experiment claim (it gets a run without training)."""
+    return any(c["kind"] == "experiment" for c in stored_claims(nb))
 
 
 # --- the stored file ----------------------------------------------------------------------------------
@@ -433,8 +469,8 @@ def _name(notebook: str, c: dict[str, Any]) -> str:
 
 
 MOVING_BOUND, UNREACHED, MIS_KINDED, STOP = "moving-bound::", "unreached::", "mis-kinded::", "stop::"
-ZERO_ONLY = "zero-only::"
-ALLOW_PREFIXES = (MOVING_BOUND, UNREACHED, MIS_KINDED, STOP, ZERO_ONLY)  # allow-list keys other than unbroken
+ZERO_ONLY, NEEDS_NO_TRAINING = "zero-only::", "needs-no-training::"
+ALLOW_PREFIXES = (MOVING_BOUND, UNREACHED, MIS_KINDED, STOP, ZERO_ONLY, NEEDS_NO_TRAINING)  # keys other than unbroken
 SMALL_SABOTAGES = ("eps", "weights")  # a 1e-3 change: every statement needs a claim one of them breaks
 
 
@@ -468,9 +504,8 @@ def staleness(audit: Optional[dict[str, Any]], root: pathlib.Path = ROOT) -> lis
 
 
 def _mis_kinded(c: dict[str, Any]) -> list[str]:
-    """The sabotages under which a claim that is not a construction claim moves, and must not."""
-    held_to = SABOTAGES if c["kind"] == "paper" else CORE_SABOTAGES  # a paper claim reads no model at all
-    return [s for s in c.get("moved_under", []) if s in held_to] if c["kind"] != "construction" else []
+    """The runs under which a claim that is not a construction claim moves, and must not (`HELD_TO`)."""
+    return [s for s in c.get("moved_under", []) if s in HELD_TO.get(c["kind"], ())]
 
 
 def violations(audit: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -494,6 +529,9 @@ def violations(audit: dict[str, Any]) -> dict[str, tuple[str, str]]:
                     values = ", ".join(f"{s} {c['bound_under'][s]}" for s in moved)
                     out[MOVING_BOUND + key] = chapter, (f"construction claim whose bound moves under a sabotage "
                                                         f"(unsabotaged {c['bound']}, {values}): {name}")
+            if c["kind"] == "experiment" and c.get("untrained", "failed") != "failed":
+                out[NEEDS_NO_TRAINING + key] = chapter, (f"experiment claim {c['untrained']} without training "
+                                                         f"({UNTRAINED}): {name}")
             moved = _mis_kinded(c)
             if moved:
                 under = c["raw_under"] if c.get("exact") else c["measured_under"]
@@ -501,7 +539,7 @@ def violations(audit: dict[str, Any]) -> dict[str, tuple[str, str]]:
                 reference = "unsabotaged " + c["raw"] if c.get("exact") else "stored " + c["measured"]
                 out[MIS_KINDED + key] = chapter, (f"mis-kinded {c['kind']} claim (its value moves: {reference}, "
                                                   f"{values}): {name}")
-        for s, run in entry["runs"].items():
+        for s, run in _all_runs(entry).items():
             if run["status"] in ("error", "timeout"):
                 out[f"{STOP}{nb}::{s}"] = chapter, f"{nb} [{s}]: the run stopped ({run['status']}: {run['error']})"
         statements: dict[str, bool] = {}
@@ -516,12 +554,24 @@ def violations(audit: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _all_runs(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A notebook's runs under the sabotages and, where it has one, its run without training."""
+    return {**entry["runs"], **({UNTRAINED: entry["untrained"]} if entry.get("untrained") else {})}
+
+
 def rules(audit: dict[str, Any], allow: dict[str, str], complete: bool = True) -> list[str]:
     """The failures of an audit under the rules of the module docstring. ``complete``: the audit
     covers every notebook (else allow-list entries of notebooks it lacks are not judged)."""
     failures = []
     for nb, entry in audit["notebooks"].items():
-        for s, run in entry["runs"].items():
+        experiments = sum(c["kind"] == "experiment" for c in entry["claims"])
+        if experiments and not entry.get("untrained"):
+            failures.append(f"{nb}: {experiments} experiment claims and no run without training ({UNTRAINED})")
+        elif experiments and not entry["untrained"].get("hits"):
+            failures.append(f"{nb} [{UNTRAINED}]: no training routine asked tfbook.training.untrained "
+                            f"(count {entry['untrained'].get('hits')}) in a notebook with {experiments} experiment "
+                            f"claims: its training is not one the hook knows")
+        for s, run in _all_runs(entry).items():
             if run["status"] in ("crashed", "stalled", "not run"):
                 failures.append(f"{nb} [{s}]: the executor could not run it ({run['status']}: {run['error']}): "
                                 f"no verdict on its claims")
@@ -572,24 +622,31 @@ def stops(audit: dict[str, Any]) -> list[str]:
     """The runs that stopped, and how many claims each left unreached (reported apart: not failures)."""
     out = []
     for nb, entry in audit["notebooks"].items():
-        for s, run in entry["runs"].items():
+        for s, run in _all_runs(entry).items():
             if run["status"] in ("error", "timeout"):
-                n = sum(c["outcome"].get(s) == "not reached" for c in entry["claims"])
+                n = sum((c.get("untrained") if s == UNTRAINED else c["outcome"].get(s)) == "not reached"
+                        for c in entry["claims"])
                 out.append(f"{nb} [{s}]: {run['status']} after {run['seconds']} s ({run['error']}); "
                            f"{n} claims not reached count as broken")
     return out
 
 
+def _untrained_column(entry: dict[str, Any]) -> str:
+    """'failed/experiment claims' in the run without training, '-' for a notebook without one."""
+    expt = [c for c in entry["claims"] if c["kind"] == "experiment"]
+    return f"{sum(c.get('untrained') == 'failed' for c in expt)}/{len(expt)}" if expt else "-"
+
+
 def summary(audit: dict[str, Any]) -> str:
     """A table: per notebook, claims by kind, construction claims broken by each sabotage, unbroken, stops."""
-    header = ("notebook", "claims", "constr", "other", *SABOTAGES, "unbroken", "stops")
+    header = ("notebook", "claims", "constr", "other", *SABOTAGES, "unbroken", "expt failed untrained", "stops")
     rows = [header]
     for nb, entry in audit["notebooks"].items():
         constr = [c for c in entry["claims"] if c["kind"] == "construction"]
         rows.append((nb, str(len(entry["claims"])), str(len(constr)), str(len(entry["claims"]) - len(constr)),
                      *(str(sum(s in c["broken_by"] for c in constr)) for s in SABOTAGES),
-                     str(sum(not c["broken_by"] for c in constr)),
-                     ",".join(s for s, r in entry["runs"].items() if r["status"] != "completed") or "-"))
+                     str(sum(not c["broken_by"] for c in constr)), _untrained_column(entry),
+                     ",".join(s for s, r in _all_runs(entry).items() if r["status"] != "completed") or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -228,12 +228,14 @@ def audited(nb: Notebook, audit: Optional[dict[str, Any]]) -> Optional[list[Opti
 
 
 def _broken_by(claim: Optional[dict[str, Any]]) -> str:
-    """The sabotages that broke a claim (``†``: the run stopped before it), ``none`` or ``-`` (not audited)."""
+    """The runs that broke a claim (``†``: the run stopped before it; ``untrained``: the run without training,
+    for an experiment claim), ``none`` or ``-`` (not audited)."""
     if claim is None:
         return "-"
-    if not claim["broken_by"]:
-        return "none"
-    return ", ".join(s + ("†" if s in claim.get("not_reached", []) else "") for s in claim["broken_by"])
+    runs = [s + ("†" if s in claim.get("not_reached", []) else "") for s in claim["broken_by"]]
+    if claim["kind"] == "experiment" and claim.get("untrained") in ("failed", "not reached", "missing"):
+        runs.append(audit_file.UNTRAINED + ("†" if claim["untrained"] != "failed" else ""))
+    return ", ".join(runs) or "none"
 
 
 def _counts(notebooks: list[Notebook], audit: Optional[dict[str, Any]]) -> list[str]:
@@ -243,9 +245,11 @@ def _counts(notebooks: list[Notebook], audit: Optional[dict[str, Any]]) -> list[
     audited_rows = [a for nb in notebooks for a in (audited(nb, audit) or []) if a is not None]
     constr = [a for a in audited_rows if a["kind"] == "construction"]
     if not audited_rows:
-        return kinds + ["-"] * (len(audit_file.SABOTAGES) + 1)
+        return kinds + ["-"] * (len(audit_file.SABOTAGES) + 3)
+    expt = [a for a in audited_rows if a["kind"] == "experiment"]
     return kinds + [str(sum(s in a["broken_by"] for a in constr)) for s in audit_file.SABOTAGES] + \
-        [str(sum(not a["broken_by"] for a in constr))]
+        [str(sum(not a["broken_by"] for a in constr)), str(sum(a.get("untrained") == "failed" for a in expt)),
+         str(sum(a.get("untrained") not in (None, "failed") for a in expt))]
 
 
 def _tally(notebooks: list[Notebook]) -> tuple[int, int]:
@@ -274,8 +278,11 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
         "compare these values. Values below 1e-12 are rounding level and printed as such.",
         "A claim's kind says what was measured: *construction* (a built model: its error, exactness,",
         "states or attention), *size* (a count or norm of the built model against the paper's formula),",
-        "*paper* (the paper's mathematics, without a construction) or *experiment* (a trained model or",
-        "a statistical experiment). Where a trivial scale is given (the target's norm, or the error of",
+        "*paper* (the paper's mathematics, without a construction), *experiment* (a trained model or",
+        "a statistical experiment), and the yardsticks an experiment or a construction is measured against,",
+        "counted apart: *control* (a check that would pass if the claim beside it were false: an ablated or",
+        "mutated model, a stalled estimator) and *baseline* (a model-free rule, a fixed comparator or a",
+        "property of the data). Where a trivial scale is given (the target's norm, or the error of",
         "the model that does nothing), the claim shows it with the ratio bound/trivial.",
         "Each notebook's claims are folded by section: open a section to see its table, and follow the",
         "link above the table to the cell that checks the claims.",
@@ -287,7 +294,10 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
         "fails (†: the notebook stopped before reaching it). A construction claim that no sabotage breaks",
         "checks nothing about the construction; `-` marks a claim the audit has not seen in this",
         "notebook's current code. The counts give the claims of each kind, then the construction claims",
-        "broken by each sabotage and those broken by none (*unbroken*).",
+        "broken by each sabotage and those broken by none (*unbroken*). A notebook with experiment claims",
+        "is run once more with every training routine returning its initial parameters (*untrained*):",
+        "each experiment claim must fail there, or it would hold for a model that learned nothing; a",
+        "control or baseline must not move.",
         "",
         "This page is generated from the claims tables stored in the notebooks and the claims audit",
         "(`python -m tfbook.build.claims_page`); it is rebuilt whenever the notebooks are re-executed.",
@@ -301,7 +311,9 @@ def render(chapters: list[Chapter], page: str = PAGE, audit: Optional[dict[str, 
                lambda nbs: [str(len(nbs)), *(lambda n, h: [str(n), str(h), str(n - h)])(*_tally(nbs))]),
               ("Claims by kind", list(KINDS), lambda nbs: _counts(nbs, audit)[:len(KINDS)]),
               ("Construction claims broken by each sabotage", [*sabotages, "unbroken"],
-               lambda nbs: _counts(nbs, audit)[len(KINDS):])]
+               lambda nbs: _counts(nbs, audit)[len(KINDS):len(KINDS) + len(sabotages) + 1]),
+              ("Experiment claims without training", ["fail untrained", "hold untrained"],
+               lambda nbs: _counts(nbs, audit)[len(KINDS) + len(sabotages) + 1:])]
     for caption, columns, cells in tables:
         lines += [f"**{caption}**", "", "| chapter | " + " | ".join(columns) + " |",
                   "|:---|" + "---:|" * len(columns)]

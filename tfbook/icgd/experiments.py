@@ -28,6 +28,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from tfbook import validate
+from tfbook.training import untrained
 
 F32 = torch.float32
 F64 = torch.float64
@@ -169,7 +170,9 @@ def train_ensemble(cfgs: list[ExperimentConfig], attention: str,
     Member i starts from the weights ``torch.manual_seed(cfgs[i].seed)`` gives, draws its prompts from its
     own generator (seed + 1) and its own targets, and has its own Adam state: the stacked training is the
     training of each member alone, batched (``vmap``). Returns the models (on ``device``) and a log with
-    ``losses`` (one list of ``steps`` training losses per member) and ``seconds``.
+    ``losses`` (one list of ``steps`` training losses per member) and ``seconds``. Under
+    ``TFBOOK_UNTRAINED=1`` (`tfbook.training.untrained`) the members keep their initial weights and the log
+    holds one loss each, at those weights.
     """
     cfgs = _check_members(cfgs)
     attention = validate.choice("attention", attention, ATTENTIONS)
@@ -184,8 +187,9 @@ def train_ensemble(cfgs: list[ExperimentConfig], attention: str,
     opt = torch.optim.Adam(params.values(), lr=c0.lr)
     decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1 - t / c0.steps if c0.anneal else 1.0)
     gens = [torch.Generator().manual_seed(c.seed + 1) for c in cfgs]
+    frozen = untrained("icgd.train_ensemble")
     losses, start = [], time.perf_counter()
-    for _ in range(c0.steps):
+    for _ in range(1 if frozen else c0.steps):
         xs, ys = [], []
         for c, gen in zip(cfgs, gens):
             W = sample_tasks(c, c.batch, gen)
@@ -196,8 +200,9 @@ def train_ensemble(cfgs: list[ExperimentConfig], attention: str,
         loss = ((forward(params, x, y) - y) ** 2).mean((1, 2))  # (E,) each member's own mean loss
         opt.zero_grad()
         loss.sum().backward()
-        opt.step()
-        decay.step()
+        if not frozen:
+            opt.step()
+            decay.step()
         losses.append(loss.detach())
     with torch.no_grad():
         for i, m in enumerate(models):

@@ -21,6 +21,7 @@ import torch
 
 from tfbook import validate
 from tfbook.claims import paper_formula
+from tfbook.training import untrained
 from tfbook.seq2seq.smoothness import a_dagger, block_frequencies, blocks_below
 
 ROWS = 8192
@@ -93,8 +94,11 @@ def sieve_fit(Xf: np.ndarray, y: np.ndarray, a: Sequence[float], kind: str, T: f
     """Least squares on the sieve {ψ_r : γ(s) < T}; returns the estimated coefficients.
 
     Solved by the normal equations (Cholesky) when there are at least 4 points per basis function: the ψ_r
-    are orthonormal under the uniform law, so the Gram matrix is then well conditioned; else by lstsq."""
+    are orthonormal under the uniform law, so the Gram matrix is then well conditioned; else by lstsq.
+    Under ``TFBOOK_UNTRAINED=1`` (`tfbook.training.untrained`) every coefficient is 0, the fit's start."""
     basis = sieve_basis(a, kind, T)
+    if untrained("seq2seq.sieve_fit"):
+        return dict.fromkeys(basis, 0.0)
     Phi = design(Xf, basis)                                                       # (n, len(basis))
     if Phi.shape[0] >= 4 * Phi.shape[1]:
         beta = scipy.linalg.cho_solve(scipy.linalg.cho_factor(Phi.T @ Phi), Phi.T @ y)
@@ -174,6 +178,19 @@ def finite_class_losses(truth: dict, deltas: Sequence[float], dirs: Sequence[tup
     cross, square = res @ P, np.einsum("ij,ij->j", P, P)                          # Σ res ψ_r, Σ ψ_r²
     # Σ (res + δ_k ψ_{r_k})², expanded into the sums shared by the members of one direction
     return res @ res + 2 * deltas * cross[which.ravel()] + deltas**2 * square[which.ravel()]
+
+
+def erm(losses: np.ndarray, prior: np.random.Generator) -> int:
+    """ERM over a finite class: the index of the member with the least empirical loss (``losses``, one per
+    member, e.g. from `finite_class_losses`). Under ``TFBOOK_UNTRAINED=1`` (`tfbook.training.untrained`) no loss
+    is read: the member is drawn uniformly by ``prior`` (a generator of its own, so that the data's draws do not
+    change), the choice of a learner that saw no data."""
+    losses = np.asarray(losses, dtype=float)
+    if losses.ndim != 1 or len(losses) == 0:
+        raise ValueError(f"losses must be a non-empty 1-D array, got shape {losses.shape}")
+    if untrained("seq2seq.erm"):
+        return int(prior.integers(len(losses)))
+    return int(np.argmin(losses))
 
 
 def window_features(X: np.ndarray, coords: Sequence[tuple[int, int]], frame: Optional[int] = None) -> np.ndarray:

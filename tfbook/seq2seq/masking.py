@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from tfbook import validate
+from tfbook.training import untrained
 
 Predict = Callable[[torch.Tensor], torch.Tensor]
 
@@ -220,11 +221,13 @@ class TinyViT(nn.Module):
 
 def train_classifier(model: nn.Module, X: torch.Tensor, y: torch.Tensor, epochs: int, lr: float = 3e-3,
                      batch: int = 64, seed: int = 0) -> list[float]:
-    """Adam on the cross-entropy of ``model.logits``; returns the mean loss of each epoch."""
+    """Adam on the cross-entropy of ``model.logits``; returns the mean loss of each epoch (under
+    ``TFBOOK_UNTRAINED=1``, `tfbook.training.untrained`: one epoch's losses at the initial weights, no step)."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    frozen = untrained("seq2seq.train_classifier")
     losses = []
-    for _ in range(epochs):
+    for _ in range(1 if frozen else epochs):
         perm = torch.randperm(X.shape[0], generator=gen)
         total = 0.0
         for s in range(0, X.shape[0], batch):
@@ -232,7 +235,8 @@ def train_classifier(model: nn.Module, X: torch.Tensor, y: torch.Tensor, epochs:
             loss = nn.functional.cross_entropy(model.logits(X[idx]), y[idx])
             opt.zero_grad()
             loss.backward()
-            opt.step()
+            if not frozen:
+                opt.step()
             total += float(loss.detach()) * len(idx)
         losses.append(total / X.shape[0])
     return losses
@@ -257,7 +261,8 @@ def train_classifiers(models: Sequence[TinyViT], X: torch.Tensor, y: torch.Tenso
     as one `torch.vmap`-ed model, so the per-step overhead of this small model is paid once for all of them.
     They stay independent: model s sees the batches of `train_classifier` with ``seed = seeds[s]``, its
     loss is its own mean cross-entropy and Adam acts entry by entry, so the gradient and the update of
-    model s depend on model s only. The trained weights are written back into ``models``."""
+    model s depend on model s only. The trained weights are written back into ``models`` (under
+    ``TFBOOK_UNTRAINED=1``: one epoch's losses at the initial weights, no step)."""
     if len(models) != len(seeds) or not models:
         raise ValueError(f"seeds must give one seed per model ({len(models)}), got {len(seeds)}")
     gens = [torch.Generator().manual_seed(validate.positive_int("seed", s, 0)) for s in seeds]
@@ -271,8 +276,9 @@ def train_classifiers(models: Sequence[TinyViT], X: torch.Tensor, y: torch.Tenso
     batched = torch.vmap(logits)
     opt = torch.optim.Adam(list(params.values()), lr=lr)
     n, S = X.shape[0], len(models)
+    frozen = untrained("seq2seq.train_classifiers")
     losses = []
-    for _ in range(epochs):
+    for _ in range(1 if frozen else epochs):
         perms = torch.stack([torch.randperm(n, generator=g) for g in gens]).to(X.device)  # (S, n)
         total = torch.zeros(S, dtype=torch.float64, device=X.device)
         for start in range(0, n, batch):
@@ -282,7 +288,8 @@ def train_classifiers(models: Sequence[TinyViT], X: torch.Tensor, y: torch.Tenso
             each = each.view(S, -1).mean(1)  # (S,) the mean loss of each model
             opt.zero_grad()
             each.sum().backward()
-            opt.step()
+            if not frozen:
+                opt.step()
             total += each.detach().double() * idx.shape[1]
         losses.append((total / n).tolist())
     with torch.no_grad():

@@ -9,12 +9,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tfbook import validate
+from tfbook.training import untrained
 from tfbook.turing.circuits import Circuit, all_inputs
 
 
 def train_mlp(X: torch.Tensor, y: torch.Tensor, X_test: torch.Tensor, y_test: torch.Tensor, width: int,
               depth: int = 4, epochs: int = 300, lr: float = 3e-3, seed: int = 0, device=None) -> dict[str, float]:
-    """Full-batch Adam on the logistic loss; returns train and test 0-1 errors. Trains on ``device``, by default
+    """Full-batch Adam on the logistic loss (no step under ``TFBOOK_UNTRAINED=1``, `tfbook.training.untrained`);
+    returns train and test 0-1 errors. Trains on ``device``, by default
     X's device (the weights are drawn on the CPU and moved, so every device starts from the same network)."""
     device = X.device if device is None else device
     if width < 1 or depth < 1 or epochs < 1:
@@ -27,7 +30,7 @@ def train_mlp(X: torch.Tensor, y: torch.Tensor, X_test: torch.Tensor, y_test: to
     model = nn.Sequential(*layers, nn.Linear(d_in, 1)).to(device)
     X, y = X.float().to(device), y.float().to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(epochs):
+    for _ in range(0 if untrained("turing.train_mlp") else epochs):
         opt.zero_grad()
         loss = nn.functional.binary_cross_entropy_with_logits(model(X)[:, 0], y)
         loss.backward()
@@ -38,9 +41,11 @@ def train_mlp(X: torch.Tensor, y: torch.Tensor, X_test: torch.Tensor, y_test: to
 
 
 def learning_curves(X_all: torch.Tensor, y_all: torch.Tensor, widths, sizes, seeds=(0,), epochs: int = 300,
-                    depth: int = 4, device=None) -> dict:
-    """Test errors, one per seed, for each (width, training-set size): the training set is a random subset of
-    size n of (X_all, y_all) (drawn from the seed), the test set all other points."""
+                    depth: int = 4, device=None, error: str = "test_error") -> dict:
+    """Errors, one per seed, for each (width, training-set size): the training set is a random subset of
+    size n of (X_all, y_all) (drawn from the seed), the test set all other points. ``error``: "test_error"
+    (default) or "train_error" (the same runs' error on their training set)."""
+    error = validate.choice("error", error, ("test_error", "train_error"))
     out = {}
     for w in widths:
         for n in sizes:
@@ -49,7 +54,7 @@ def learning_curves(X_all: torch.Tensor, y_all: torch.Tensor, widths, sizes, see
                 perm = torch.randperm(len(X_all), generator=torch.Generator().manual_seed(1000 + seed))
                 tr, te = perm[:n].to(X_all.device), perm[n:].to(X_all.device)
                 errs.append(train_mlp(X_all[tr], y_all[tr], X_all[te], y_all[te], w, depth=depth, epochs=epochs,
-                                      seed=seed, device=device)["test_error"])
+                                      seed=seed, device=device)[error])
             out[(w, n)] = errs
     return out
 
