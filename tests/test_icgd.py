@@ -534,8 +534,43 @@ def test_a_run_outside_the_tables_range_raises_and_the_a_priori_range_does_not()
 def test_relu_log_cosh_residual_outside_the_loss_table_raises():
     model = build_transformer(dx=3, dy=1, K=4, N=2, n=5, L=1, eta=0.1, activation="relu", delta=1e-3,
                               loss="logcosh", box=2.0, R=0.5)
-    with pytest.raises(ValueError, match=r"layer loss: a residual p\(N\) - y of size .* leaves its table's range"):
+    with pytest.raises(ValueError, match=r"layer loss: a residual p\(N\) - y \(query included\) of size"):
         model.run(*_prompt(model, 5, 2.0))
+
+
+@pytest.mark.parametrize("R", [0.5, 2.0, 10.0])
+def test_relu_with_a_small_user_range_cannot_leak_the_query_into_the_gradient(R):
+    """Held-out sizes: with ReLU the tables are exact, but R sets the query gate R_g. Where the query's
+    p(N) exceeds R_u the gate no longer zeroes its g slot and the query enters the gradient: the run must
+    refuse (it used to return a w several GD steps away from the true one, without a word)."""
+    kw = dict(dx=3, dy=1, K=4, N=3, n=5, L=2, eta=0.01, activation="relu", delta=1e-3, box=2.0)
+    model = build_transformer(**kw, R=R)
+    X, Y, _, w0 = _prompt(model, 5, 2.0, seed=2)
+    prompt = (X, Y, torch.ones(1, 3, dtype=DTYPE), w0.abs())  # admissible; every unit of the query alive
+    H = model.embed(*prompt)
+    states = build_transformer(**kw)(H, return_all=True)  # the a-priori range: a safe gate
+    query_pN = max(float(model.read(S[:, -1], "p3").abs().max()) for S in states)
+    assert query_pN > model.R_u  # the case the guard exists for
+    with pytest.raises(ValueError, match=r"residual p\(N\) - y \(query included\) of size .* leaves"):
+        model.run(*prompt)
+    safe = build_transformer(**kw)
+    assert float(V.step_relative_errors(safe, safe.run(*prompt), *prompt[:2]).max()) < 0.05
+
+
+def test_hand_built_tokens_outside_the_admissible_prompts_raise():
+    """model(H) skips `embed`'s checks; the run itself refuses a query x beyond x_bound (softplus and ReLU)."""
+    for kw in (dict(activation="softplus"), dict(activation="relu", delta=1e-3)):
+        model = build_transformer(dx=2, dy=1, K=3, N=2, n=4, L=1, eta=0.01, **kw)
+        H = model.embed(*_prompt(model, 4, 1.0, seed=1))
+        bad = H.clone()
+        bad[:, -1, model.layout["x"]] = 50.0
+        with pytest.raises(ValueError, match=r"H must have every \|x entry\| <= 1 .* got 50"):
+            model(bad)
+        bad = H.clone()
+        bad[:, 0, model.layout["w"]] = 3.0
+        with pytest.raises(ValueError, match=r"H must have every \|w entry\| <= 1"):
+            model(bad)
+        model(H)  # the admissible tokens run
 
 
 # --- per-step claim, parameter norms (Theorem 1's B_theta) ------------------------------------------------
@@ -585,6 +620,13 @@ def test_theta_norms_within_the_proofs_constants(act, loss):
     assert max(norms) <= Bd.theta_norm_bound(**_norm_params(m)) * tol
     with pytest.raises(ValueError, match="real number"):
         Bd.theta_norm_bound(**dict(_norm_params(m), C1=m.r_hat))
+    # layer by layer: each type against its own proof's constant, whose largest is theta_norm_bound
+    per_layer = {k: f(**_norm_params(m)) for k, f in Bd.THETA_NORM_BOUNDS.items()}
+    assert max(per_layer.values()) == Bd.theta_norm_bound(**_norm_params(m))
+    assert all(FORMULAS[f"{f.__module__}.{f.__qualname__}"] is f for f in Bd.THETA_NORM_BOUNDS.values())
+    kinds = [next(k for k in Bd.THETA_LAYERS if layer.name.split(".")[1].startswith(k)) for layer in m.layers[:bs]]
+    assert all(v <= per_layer[k] * tol for v, k in zip(norms, kinds))
+    assert norms[s.N] * 1.37 > per_layer["deriv"]  # a derivative layer 37 % too large fails its own bound
 
 
 def test_relu_weights_grow_like_one_over_delta():

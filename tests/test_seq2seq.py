@@ -178,6 +178,8 @@ def test_selector_sizes_and_chi_override():
     dp = 5
     assert s.U == (2, 2) and s.M == 2 and s.D == 2 + 1 + 2 + 4 + 2 * dp
     X = rand(1, 2, 5)
+    X[0, 0] = torch.tensor([0.4, 0.0, 0.8, 0.2, 0.6], dtype=X.dtype)  # μ 0.2 apart: the assumption holds
+    X[0, 1] = 0.0
     A = model.run_trace(X).attention["g2"][0, 0]  # (N, N)
     mu = X[0, 0].roll(2) + 0.5 * X[0, 1].roll(-1)  # μ_l
     want = torch.softmax(2.0 * mu, 0)
@@ -284,12 +286,12 @@ def test_bad_input_raises_value_error(call, message):
 
 @pytest.mark.parametrize("call, message", [
     (lambda: build_selector({(0,): 1.0}, [[0]], 1, 2, 0.5), r"importance keys must be \(\) or \(channel, offset\)"),
-    (lambda: build_selector({(0, 1): 1.0}, [0], 1, 2, 0.5), "channels must be a list of ranks"),
+    (lambda: build_selector({(0, 1): 1.0}, [0], 1, 2, 0.2), "channels must be a list of ranks"),
     (lambda: build_extractor([(0, 1)], 1, 2)(torch.rand(1, 1, 5, dtype=torch.complex128)), "X must be a real tensor"),
     (lambda: make_motif_dataset(2, seed=-1), "seed must be an int >= 0"),
     (lambda: greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(1, 3), 5), r"label must be one of the 2 classes"),
     (lambda: global_greedy_mask(_predict_sum(torch.ones(1, 3)), torch.ones(2, 1, 3), [0, 3]), r"labels must lie in 0\.\.1"),
-    (lambda: build_selector({(0, 1): 1.0}, [[0]], 1, 2, 0.5)(rand(1, 1, 5), boundary="zero"),
+    (lambda: build_selector({(0, 1): 1.0}, [[0]], 1, 2, 0.2)(rand(1, 1, 5), boundary="zero"),
      r"boundary must be one of \('circular',\)"),
     (lambda: paper_forward(build_extractor([(0, 1)], 1, 2).paper_weights(), torch.rand(1, 1, 5, dtype=torch.complex128)),
      "X must be a real tensor"),
@@ -477,7 +479,7 @@ def test_extraction_and_selection_claims_print_the_trivial_scale():
     assert [c.trivial for c in claims.items] == [None, "1"]
 
 
-# --- Section 6 with controls (tfbook.seq2seq.masking_study) ---------------------------------------------------
+# --- Section 6 with controls (tfbook.seq2seq.masking_controls) ---------------------------------------------------
 
 def _linear_predictor(d: int, N: int, classes: int, seed: int = 0):
     W = torch.randn(classes, d * N, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
@@ -496,7 +498,7 @@ def _logit_scale(predict) -> float:
 
 def test_batched_greedy_mask_is_the_papers_greedy_rule_per_input():
     from tfbook.seq2seq import greedy_mask
-    from tfbook.seq2seq.masking_study import greedy_mask_batch
+    from tfbook.seq2seq.masking_controls import greedy_mask_batch
     predict = _linear_predictor(2, 9, 4)
     X = torch.rand(5, 2, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     labels = torch.tensor([0, 1, 2, 3, 1])
@@ -510,7 +512,7 @@ def test_batched_greedy_mask_is_the_papers_greedy_rule_per_input():
 
 
 def test_order_curves_replay_the_greedy_orders_and_random_jaccard_is_exact():
-    from tfbook.seq2seq.masking_study import (greedy_mask_batch, ink_removed, intensity_order, order_curves,
+    from tfbook.seq2seq.masking_controls import (greedy_mask_batch, ink_removed, intensity_order, order_curves,
                                               random_jaccard)
     predict = _linear_predictor(1, 8, 3, seed=2)
     X = torch.rand(4, 1, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
@@ -528,7 +530,7 @@ def test_order_curves_replay_the_greedy_orders_and_random_jaccard_is_exact():
 
 
 def test_masking_study_rejects_bad_input():
-    from tfbook.seq2seq.masking_study import greedy_mask_batch, mean_jaccard, order_curves, random_jaccard
+    from tfbook.seq2seq.masking_controls import greedy_mask_batch, mean_jaccard, order_curves, random_jaccard
     predict = _linear_predictor(1, 4, 2)
     X = torch.rand(2, 1, 4, dtype=torch.float64)
     with pytest.raises(ValueError, match="labels must lie in 0..1"):
@@ -545,9 +547,51 @@ def test_masking_study_rejects_bad_input():
         mean_jaccard([{0}, {1}], [0])
     with pytest.raises(ValueError, match="k must be <= N = 3"):
         random_jaccard(3, 4)
-    from tfbook.seq2seq.masking_study import masking_study
+    from tfbook.seq2seq.masking_controls import masking_study
     X6, y6 = torch.rand(4, 1, 6), torch.tensor([0, 1, 0, 1])
     with pytest.raises(ValueError, match=r"grid must have rows x cols = N = 6"):
         masking_study(X6, y6, slice(0, 2), slice(2, 4), 0, 1, 1, 2, (2, 2))
     with pytest.raises(ValueError, match=r"grid must be \(rows, cols\)"):
         masking_study(X6, y6, slice(0, 2), slice(2, 4), 0, 1, 1, 2, (1, 2, 3))
+
+
+def test_selector_refuses_inputs_and_gaps_outside_its_guarantee():
+    """Held out: V = 1, importance X[0, i]; where two values of a window are closer than the declared gap
+    the selection is not guaranteed (a random input put 66 % of the outputs off, by up to 0.87), so the
+    run refuses; a gap that no 2V+1 values in [0, 1] can have is refused at build time."""
+    model = build_selector({(0, 0): 1.0}, [[0]], 1, 1, gap=0.2)
+    N = model.period * 3
+    X = torch.linspace(0, 1, N, dtype=torch.float64)[torch.randperm(N, generator=torch.Generator().manual_seed(0))]
+    spaced = (torch.arange(N, dtype=torch.float64) % 3 * 0.4 + 0.1)[None, None]  # 0.1, 0.5, 0.9, ...
+    feats, _ = selection_reference({(0, 0): 1.0}, [[0]], 1, spaced)
+    assert float((model(spaced) - feats).abs().max()) < 1e-6
+    with pytest.raises(ValueError, match=r"X must have importance values at least gap = 0.2 apart"):
+        model(X[None, None])
+    with pytest.raises(ValueError, match=r"gap must be <= Σ\|w\| / \(2V\) = 0.5"):
+        build_selector({(0, 0): 1.0}, [[0]], 1, 1, gap=5.0)
+
+
+def test_masking_helpers_refuse_bad_input():
+    from tfbook.seq2seq.masking_controls import greedy_mask_batch, ink_removed, mean_jaccard, order_curves
+
+    X = torch.rand(2, 1, 4, generator=torch.Generator().manual_seed(0))
+    predict = _predict_sum(torch.ones(1, 4))
+    with pytest.raises(ValueError, match="distractors must be <= 0 on a 3x3 grid"):
+        make_motif_dataset(2, grid=3, distractors=3)  # used to loop forever
+    with pytest.raises(ValueError, match="orders must not repeat a token"):
+        ink_removed(X, torch.tensor([[1, 1, 1, 1], [0, 1, 2, 3]]), 4)  # used to count one token 4 times
+    with pytest.raises(ValueError, match="X must have some intensity in every input"):
+        ink_removed(torch.zeros(1, 1, 4), torch.tensor([[0, 1]]), 1)  # used to return nan
+    with pytest.raises(ValueError, match="orders must not repeat a token"):
+        order_curves(predict, X, [0, 1], torch.tensor([[2, 2], [0, 1]]))
+    with pytest.raises(ValueError, match="orders must hold integer token indices"):
+        order_curves(predict, X, [0, 1], torch.tensor([[0.5, 1.0], [0.0, 1.0]]))
+    bad = X.clone()
+    bad[0, 0, 1] = math.nan
+    with pytest.raises(ValueError, match="X must have finite entries"):
+        greedy_mask_batch(predict, bad, [0, 1], 1)
+    with pytest.raises(ValueError, match="a must hold integer token indices"):
+        jaccard([0.5], [0])
+    with pytest.raises(ValueError, match="labels must be integer class labels"):
+        mean_jaccard([{0}, {1}], [0.4, 0.6])
+    assert ink_removed(X, torch.tensor([[3, 2, 1, 0], [0, 1, 2, 3]]), 4).tolist() == pytest.approx([1.0, 1.0])

@@ -1,7 +1,10 @@
 """Section 6's speed-ups keep the experiment's meaning: the CLS-only last layer of `TinyViT` is the
 encoder's CLS row, seeds trained together as one batched model are the seeds trained apart (and do
 not see each other), one batched predict call per step in `global_greedy_mask` is the per-candidate loop,
-and `masking_studies` is `masking_study` seed by seed.
+and `masking_studies` is `masking_study` seed by seed. The controls: the coloured motif images carry no
+motif information in their brightness, the untrained twin is the model's initial weights (and the whole
+study under ``TFBOOK_UNTRAINED=1`` leaves nothing between the model and its twin), the scored images are
+fixed whatever the model.
 
 Exempt from the core-sabotage check: `TinyViT` is a trained PyTorch model, not built from the core layers.
 """
@@ -13,8 +16,9 @@ import pytest
 import torch
 
 from tfbook import device
-from tfbook.seq2seq.masking import TinyViT, global_greedy_mask, train_classifier, train_classifiers
-from tfbook.seq2seq.masking_study import masking_studies, masking_study
+from tfbook.seq2seq.masking import (TinyViT, global_greedy_mask, make_coloured_motif_dataset, make_motif_dataset,
+                                    train_classifier, train_classifiers)
+from tfbook.seq2seq.masking_controls import intensity_order, masking_studies, masking_study
 from tests.numerics import assert_close_scaled
 
 
@@ -131,3 +135,92 @@ def test_batched_training_rejects_bad_seeds():
         masking_studies(X, y, slice(0, 40), slice(40, 48), 3, 2, 1, 2, (3, 3))
     with pytest.raises(ValueError, match="seeds must hold at least one seed"):
         masking_studies(X, y, slice(0, 40), slice(40, 48), [], 2, 1, 2, (3, 3))
+
+
+def test_coloured_motif_images_are_what_they_say():
+    X, labels, motif = make_coloured_motif_dataset(300, 8, seed=4, distractors=2, specks=3)
+    assert X.shape == (300, 8, 64) and labels.shape == (300,) and motif.shape == (300, 4)
+    lit = X > 0
+    assert torch.equal(lit.sum(1), torch.ones(300, 64, dtype=torch.long))  # one colour per token
+    value = X.sum(1)  # (n, N): the lit channel's intensity
+    assert float(value.min()) >= 0.5 and float(value.max()) <= 1.0
+    colour = X.argmax(1)  # (n, N)
+    for b in range(300):
+        m = motif[b]
+        r, q = divmod(int(m[0]), 8)
+        assert m.tolist() == [8 * r + q, 8 * r + q + 1, 8 * r + q + 8, 8 * r + q + 9]  # a 2x2 block
+        assert (colour[b, m] == labels[b]).all()
+        # motif, 2 half-motifs and 3 specks in class colours, the rest in background colours
+        assert int((colour[b] < 4).sum()) == 4 + 2 * 2 + 3
+    assert torch.equal(X, make_coloured_motif_dataset(300, 8, seed=4, distractors=2, specks=3)[0])
+    assert not torch.equal(X, make_coloured_motif_dataset(300, 8, seed=5, distractors=2, specks=3)[0])
+    assert set(labels.tolist()) == {0, 1, 2, 3}
+
+
+def test_brightness_carries_no_motif_information():
+    X, labels, motif = make_coloured_motif_dataset(4000, 8, seed=0)
+    value = X.sum(1)  # (n, N)
+    in_motif = torch.zeros_like(value, dtype=torch.bool)
+    in_motif[torch.arange(4000)[:, None], motif] = True
+    background = X[:, 4:].sum(1) > 0
+    grid = torch.linspace(0.5, 1.0, 11)
+    for tokens in (value[in_motif], value[background], value[~in_motif & ~background]):
+        cdf = (tokens[:, None] <= grid).double().mean(0)  # the law U[0.5, 1], whatever the role
+        assert float((cdf - (grid - 0.5) / 0.5).abs().max()) < 0.02
+    # so the 8 brightest tokens keep >= 3 motif tokens about as often as 8 random ones (0.005) ...
+    kept = torch.argsort(-value, dim=1, stable=True)[:, :8]
+    hits = (kept[:, :, None] == motif[:, None, :]).sum((1, 2))
+    assert float((hits >= 3).double().mean()) < 0.015
+    # ... where on make_motif_dataset's images, whose motif is brighter, they always do
+    Xo, _, mo = make_motif_dataset(200, 8, seed=0)
+    faint = intensity_order(Xo, 56)  # the complement: the 8 brightest kept
+    kept_o = [set(range(64)) - set(o.tolist()) for o in faint]
+    assert all(len(k & set(m.tolist())) == 4 for k, m in zip(kept_o, mo))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(n=0), "n must be an int >= 1"),
+    (dict(n=2, grid=2), "grid must be an int >= 3"),
+    (dict(n=2, seed=-1), "seed must be an int >= 0"),
+    (dict(n=2, distractors=-1), "distractors must be an int >= 0"),
+    (dict(n=2, specks=1.5), "specks must be an int >= 0"),
+    (dict(n=2, grid=4, distractors=2, specks=1), "distractors and specks must leave half"),
+])
+def test_coloured_motif_dataset_rejects_bad_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        make_coloured_motif_dataset(**kw)
+
+
+def _motif_study(seeds, epochs=3):
+    X, y, motif = make_coloured_motif_dataset(80, 4, seed=1, distractors=1, specks=0)
+    kw = dict(motif=motif, model_kw=dict(dim=16, depth=1, heads=4, mlp=24), batch=16)
+    return X, y, motif, masking_studies(X, y, slice(0, 64), slice(64, 80), seeds, 5, epochs, 12, (4, 4), **kw)
+
+
+def test_the_untrained_twin_is_the_initial_model_and_the_scored_images_are_fixed():
+    X, y, motif, runs = _motif_study([0, 2])
+    for seed, r in zip([0, 2], runs):
+        torch.manual_seed(seed)
+        initial = TinyViT(8, 4, 4, 4, dim=16, depth=1, heads=4, mlp=24)
+        for (name, p), q, t in zip(initial.named_parameters(), r["twin"].parameters(), r["model"].parameters()):
+            assert torch.equal(p, q.cpu()), name
+        assert not torch.equal(initial.head[1].weight, r["model"].head[1].weight.cpu())
+        assert torch.equal(r["inputs"], X[64:69]) and torch.equal(r["labels"], y[64:69])
+        assert torch.equal(r["motif_tokens"], motif[64:69])
+        masked = r["inputs"].clone()
+        masked[:, :, r["fixed_order"]] = 0.0  # one mask for every scored image
+        p_fixed = r["predict"](masked)[torch.arange(5), r["labels"]]
+        assert abs(float(p_fixed.mean()) - r["p_fixed"]) < 1e-6
+    # the model-free rules give the same numbers whatever the seed
+    for key in ("motif3_faint", "jaccard_faint_within", "jaccard_faint_across"):
+        assert runs[0][key] == runs[1][key] or (runs[0][key] != runs[0][key] and runs[1][key] != runs[1][key]), key
+
+
+def test_untrained_hook_leaves_nothing_between_the_model_and_its_twin(monkeypatch):
+    monkeypatch.setenv("TFBOOK_UNTRAINED", "1")
+    _, _, _, (r,) = _motif_study([3])
+    for p, q in zip(r["model"].parameters(), r["twin"].parameters()):
+        assert torch.equal(p, q)
+    assert r["accuracy"] == r["accuracy_twin"] and r["p_greedy"] == r["p_twin"]
+    assert r["motif3_greedy"] == r["motif3_twin"]
+    assert torch.equal(torch.as_tensor(r["curve_greedy"]), torch.as_tensor(r["curve_twin"]))

@@ -194,6 +194,14 @@ def embed_dim(dx: int, dy: int, K: int, N: int) -> int:
     return dx + 2 * dy + D_N(dx, dy, K, N) + 3 * ((N - 1) * K + dy) + 2
 
 
+THETA_LAYERS = ("fwd", "deriv", "loss", "ewml", "update", "proj")  # the layer types of one block
+
+
+def _theta_bounds(dy, K, N, eta, C1, C2, R3, C3, C_w) -> dict[str, float]:
+    return {"fwd": 1 + K * C1, "deriv": 1 + ((N - 1) * K + dy) * C2, "loss": R3 + 1 + C3, "ewml": 1 + K,
+            "update": 1 + 2 * eta * N * K, "proj": C_w}
+
+
 @paper_formula
 def theta_norm_bound(dy: int, K: int, N: int, eta: float, C1: float, C2: float, R3: float, C3: float,
                      C_w: float) -> float:
@@ -202,9 +210,23 @@ def theta_norm_bound(dy: int, K: int, N: int, eta: float, C1: float, C2: float, 
 
     Lemma 2: 1 + K C_1; Lemma 3: 1 + ((N-1)K + d_y) C_2 (printed 1 + K(N-1) C_2, which leaves out the d_y
     units of the last layer); Lemma 4: (R_3 + 1) + C_3 ((C.1) adds ||W_1|| and ||W_2||; printed
-    max{R_3 + 1, C_3}); Lemma 5: 1 + K ((C.1) sums the K values; printed 1); D.16: 1 + 2 eta N K; C_w.
+    max{R_3 + 1, C_3}); Lemma 5: 1 + K ((C.1) sums the K values; printed 1, which is right for the EWML norm
+    of (3.18), a maximum over heads); D.16: 1 + 2 eta N K; C_w. `THETA_NORM_BOUNDS` gives each one alone.
     """
-    return max(1 + K * C1, 1 + ((N - 1) * K + dy) * C2, R3 + 1 + C3, 1 + K, 1 + 2 * eta * N * K, C_w)
+    return max(_theta_bounds(dy, K, N, eta, C1, C2, R3, C3, C_w).values())
+
+
+def _layer_bound(layer: str):
+    def bound(dy: int, K: int, N: int, eta: float, C1: float, C2: float, R3: float, C3: float,
+              C_w: float) -> float:
+        return _theta_bounds(dy, K, N, eta, C1, C2, R3, C3, C_w)[layer]
+
+    bound.__name__ = bound.__qualname__ = f"theta_norm_bound_{layer}"
+    bound.__doc__ = f"The proofs' bound on B_theta of (C.1) for the {layer} layers (see `theta_norm_bound`)."
+    return paper_formula(bound)
+
+
+THETA_NORM_BOUNDS = {layer: _layer_bound(layer) for layer in THETA_LAYERS}  # one registered formula per type
 
 
 def theta_norm_bounds_printed(dy: int, K: int, N: int, eta: float, C1: float, C2: float, R3: float, C3: float,

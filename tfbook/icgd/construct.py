@@ -412,15 +412,18 @@ class ICGDTransformer(Construction):
         """The input and every state after layer i with ``keep(i)``; the range guards are accumulated
         on the device while the layers run and read once at the end (`check_ranges`)."""
         H = validate.tensor("H", H, shape=(None, None, self.layout.dim))
-        size, states, seen = self.block_size, [H], []
+        size, states = self.block_size, [H]
+        seen = [("input", f"{slot} entry", bound, self.read(H, slot).abs().amax())
+                for slot, bound in (("x", self.x_bound), ("y", self.y_bound), ("w", self.box))]
         for i, layer in enumerate(self.layers):
             step = i % size
             if step < self.spec.N and self.activation != "relu":  # fwd{step + 1} reads p(step)
                 seen.append((f"block {i // size}, layer fwd{step + 1}", "pre-activation", self.R,
                              self.preactivations(H, step + 1).abs().amax()))
-            elif step == self.spec.N + 1 and self.u_hat is not None:  # the loss layer reads p(N) - y
-                seen.append((f"block {i // size}, layer loss", "residual p(N) - y", self.R_u,
-                             self.residuals(H).abs().amax()))
+            elif step == self.spec.N + 1:  # the loss layer reads p(N) - y; its gate needs it on the query too
+                gap = self.read(H, f"p{self.spec.N}") - self.read(H, "y")  # (B, T, dy), every token
+                seen.append((f"block {i // size}, layer loss", "residual p(N) - y (query included)", self.R_u,
+                             gap.abs().amax()))
             H = layer(H)
             if keep(i):
                 states.append(H)
@@ -452,13 +455,19 @@ class ICGDTransformer(Construction):
     @staticmethod
     def check_ranges(seen: list[tuple[str, str, float, torch.Tensor]]) -> None:
         """ValueError at the first (layer, what, range, largest |value|) whose value leaves [-range, range]:
-        the tables interpolate r, r' on [-R, R] and the loss derivative on [-R_u, R_u] (ReLU's r and r'
-        are exact everywhere). One device-to-host copy for the whole run; nothing to read on ``meta``."""
+        the input's x, y and w within x_bound, y_bound and box; the tables interpolate r, r' on [-R, R]
+        (ReLU's r and r' are exact everywhere); |p(N) - y| <= R_u on every token, for the loss table
+        (log-cosh) and for the gate -R_g (1 - t) that keeps the query out of the gradient (every
+        activation: with ReLU a user's R below the a-priori one sets R_g too small). One device-to-host
+        copy for the whole run; nothing to read on ``meta``."""
         if not seen or not validate.has_values(seen[0][3]):
             return
         worst = torch.stack([value for *_, value in seen]).cpu().tolist()
         for (where, what, bound, _), value in zip(seen, worst):
             if value > bound * (1 + 1e-9):
+                if where == "input":
+                    raise ValueError(f"H must have every |{what}| <= {bound:.6g} (the admissible prompts), "
+                                     f"got {value:.6g}")
                 raise ValueError(f"{where}: a {what} of size {value:.6g} leaves its table's range [-{bound:.6g}, "
                                  f"{bound:.6g}]; build with a larger R (R=None gives the a-priori range of every "
                                  "admissible prompt)")

@@ -9,13 +9,18 @@ Baselines, always reported with the trained models: the mean of the context labe
 learnt without any dependence on x), least squares with a bias on the context, the *linear ceiling* (per
 task, the least-squares line fitted on 256 fresh draws of that task: no linear predictor does much better)
 and the paper's "train a network of the same depth on the prompt" (Adam, ``gd_steps`` full-batch steps,
-best step on the query, which is optimistic). Besides the pooled R^2 (dominated by between-task variance)
-we report a within-task R^2 = 1 - MSE / E_task[Var(y | task)], on which the context mean scores about 0.
+best step on the query, which is optimistic). A further control is the *x-blind* model
+(``ExperimentConfig.x_blind``): the same transformer and training with every x replaced by 0, so that all
+it can learn is a rule of the context labels. Besides the pooled R^2 (dominated by between-task variance)
+we report two within-task scores: 1 - MSE / E_task[Var(y | task)], and the per-task R^2
+1 - E_task[(pred - y)^2 / Var(y | task)] (`task_errors`), which weighs every task alike, so that a few
+high-variance tasks do not decide it; the context mean scores about -1/k on both.
 
 `run` trains several seeds, target depths and both attention types at once: the members of one attention
 type are stacked along a leading axis and trained together (`train_ensemble`, ``torch.func.vmap``), each
 with its own initial weights, data stream and Adam state, as if trained alone. `summary` reduces a run to
-per-seed margins over the context mean at the training length.
+per-seed margins over the context mean at one position; `prompt_margins` and `bootstrap_interval` give a
+margin averaged over seeds and positions with a paired bootstrap interval over the test prompts.
 """
 from __future__ import annotations
 
@@ -36,7 +41,9 @@ ATTENTIONS = ("softmax", "relu")
 NAMES = {"softmax": "softmax-TF", "relu": "ReLU-TF"}
 BASELINES = ("context mean", "least squares", "linear ceiling", "GD baseline")
 # the fields every member of one ensemble shares (the model and its training); seed and targets may differ
-SHARED = ("d", "width", "blocks", "heads", "train_points", "test_points", "steps", "lr", "batch", "anneal")
+SHARED = ("d", "width", "blocks", "heads", "train_points", "test_points", "steps", "lr", "batch", "anneal",
+          "x_blind")
+VAR_FLOOR = 1e-3  # tasks whose Var(y | task) is below this fraction of the median are left out of per-task scores
 
 
 @dataclass(frozen=True)
@@ -60,14 +67,16 @@ class ExperimentConfig:
     gd_steps: int = 100
     gd_lr: float = 5e-3
     anneal: bool = True  # the learning rate decays linearly to 0 over the steps (unspecified in the paper)
+    x_blind: bool = False  # the control: the model sees every x as 0 (in training and at test)
 
     def __post_init__(self) -> None:
         for name in ("d", "target_depth", "target_width", "train_points", "test_points", "width", "blocks",
                      "heads", "steps", "batch", "test_prompts", "gd_steps"):
             validate.positive_int(name, getattr(self, name))
         validate.positive_int("seed", self.seed, 0)
-        if not isinstance(self.anneal, bool):
-            raise ValueError(f"anneal must be True or False, got {self.anneal!r}")
+        for name in ("anneal", "x_blind"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.width % self.heads:
             raise ValueError(f"width must be a multiple of heads = {self.heads}, got {self.width}")
         if self.test_points < self.train_points:
@@ -124,10 +133,13 @@ class CausalAttention(nn.Module):
 
 
 class ICLTransformer(nn.Module):
-    """GPT-2-style pre-LN transformer reading [x_1, y_1, ..., x_k] and predicting y at every x token."""
+    """GPT-2-style pre-LN transformer reading [x_1, y_1, ..., x_k] and predicting y at every x token
+    (``x_blind``: every x is read as 0, so only the labels of the context can inform a prediction)."""
 
-    def __init__(self, d: int, width: int, blocks: int, heads: int, attention: str, max_points: int):
+    def __init__(self, d: int, width: int, blocks: int, heads: int, attention: str, max_points: int,
+                 x_blind: bool = False):
         super().__init__()
+        self.x_blind = x_blind
         self.read_in = nn.Linear(d + 1, width)
         self.pos = nn.Parameter(torch.randn(2 * max_points, width) * 0.02)
         self.blocks = nn.ModuleList()
@@ -142,6 +154,8 @@ class ICLTransformer(nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """x (B, n, d), y (B, n) -> predictions (B, n) of y_k from x_1, y_1, ..., x_k."""
         B, n, d = x.shape
+        if self.x_blind:
+            x = torch.zeros_like(x)
         xs = torch.cat([x, torch.zeros(B, n, 1, dtype=x.dtype, device=x.device)], -1)
         ys = torch.cat([torch.zeros(B, n, d, dtype=x.dtype, device=x.device), y[..., None]], -1)
         tokens = torch.stack([xs, ys], dim=2).reshape(B, 2 * n, d + 1)
@@ -180,7 +194,7 @@ def train_ensemble(cfgs: list[ExperimentConfig], attention: str,
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)
-        model = ICLTransformer(c.d, c.width, c.blocks, c.heads, attention, c.test_points + 1)
+        model = ICLTransformer(c.d, c.width, c.blocks, c.heads, attention, c.test_points + 1, c.x_blind)
         models.append(model.to(device))
     params, _ = stack_module_state(models)  # every parameter with a leading member axis
     forward = vmap(lambda p, x, y: functional_call(models[0], p, (x, y)))
@@ -234,6 +248,12 @@ class TestSet:
         """Var(y | task) from the fresh draws, (P,)."""
         return self.fresh_y.var(dim=-1)
 
+    @property
+    def scored(self) -> torch.Tensor:
+        """(P,) the tasks of the per-task scores: Var(y | task) at least `VAR_FLOOR` times the median."""
+        var = self.within_var
+        return var >= VAR_FLOOR * var.median()
+
 
 def test_set(cfg: ExperimentConfig, omega2: float, seed: int, device=None) -> TestSet:
     """``cfg.test_prompts`` prompts of ``test_points + 1`` examples from the mixture ``omega2``.
@@ -257,6 +277,51 @@ def r2(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def r2_within(pred: torch.Tensor, y: torch.Tensor, within_var: torch.Tensor) -> torch.Tensor:
     """1 - MSE / E_task[Var(y | task)] at every position, (n,)."""
     return 1 - ((pred - y) ** 2).mean(0) / within_var.mean()
+
+
+def task_errors(pred: torch.Tensor, ts: TestSet) -> torch.Tensor:
+    """(P', n) squared errors divided by each task's Var(y | task), on the scored tasks (`TestSet.scored`)."""
+    if pred.shape != ts.y.shape:
+        raise ValueError(f"pred must have the shape of the labels {tuple(ts.y.shape)}, got {tuple(pred.shape)}")
+    keep = ts.scored
+    return (((pred - ts.y) ** 2)[keep] / ts.within_var[keep, None]).float().cpu()
+
+
+def r2_task(pred: torch.Tensor, ts: TestSet) -> torch.Tensor:
+    """Per-task R^2 at every position, 1 - E_task[(pred - y)^2 / Var(y | task)], (n,)."""
+    return 1 - task_errors(pred, ts).mean(0)
+
+
+def prompt_margins(model_errors, control_errors: torch.Tensor, positions) -> torch.Tensor:
+    """(P',) per scored prompt: the control's `task_errors` minus the models', averaged over ``positions``
+    and over the models (a list of (P', n), one per seed): a mean of these is a margin in per-task R^2."""
+    if isinstance(model_errors, torch.Tensor):
+        model_errors = [model_errors]
+    positions = [validate.positive_int("positions entry", k, 0) for k in positions]
+    n = control_errors.shape[1]
+    if not positions or max(positions) >= n:
+        raise ValueError(f"positions must be a non-empty list of ints in [0, {n - 1}], got {positions!r}")
+    if not model_errors or any(e.shape != control_errors.shape for e in model_errors):
+        raise ValueError(f"model_errors must be one or more tensors of shape {tuple(control_errors.shape)}")
+    model = torch.stack(list(model_errors))[:, :, positions].mean((0, 2))  # (P',)
+    return control_errors[:, positions].mean(1) - model
+
+
+def bootstrap_interval(values: torch.Tensor, reps: int = 2000, level: float = 0.95,
+                       seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of ``values`` (P,) and its percentile bootstrap interval over the P
+    entries (resampled with replacement ``reps`` times; paired when ``values`` are differences)."""
+    reps = validate.positive_int("reps", reps)
+    level = validate.real("level", level, 0.0, 1.0, low_open=True, high_open=True)
+    values = torch.as_tensor(values, dtype=F64).flatten()
+    if values.numel() < 2 or not bool(torch.isfinite(values).all()):
+        raise ValueError(f"values must hold at least 2 finite numbers, got {values.numel()}")
+    gen = torch.Generator().manual_seed(validate.positive_int("seed", seed, 0))
+    idx = torch.randint(values.numel(), (reps, values.numel()), generator=gen)
+    means = values[idx].mean(1)  # (reps,)
+    tail = (1 - level) / 2
+    low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=F64)).tolist()
+    return float(values.mean()), low, high
 
 
 def context_mean(ts: TestSet) -> torch.Tensor:
@@ -344,29 +409,54 @@ def gd_baseline(cfg: ExperimentConfig, ts: TestSet, positions: list[int], seed: 
 
 
 def _curves(pred: torch.Tensor, ts: TestSet) -> dict:
-    return {"r2": r2(pred, ts.y).tolist(), "r2_within": r2_within(pred, ts.y, ts.within_var).tolist()}
+    return {"r2": r2(pred, ts.y).tolist(), "r2_within": r2_within(pred, ts.y, ts.within_var).tolist(),
+            "r2_task": r2_task(pred, ts).tolist()}
 
 
 def _at_positions(preds: dict[int, torch.Tensor], ts: TestSet) -> dict:
     ks = list(preds)
     col = {k: (preds[k][:, None], ts.y[:, k:k + 1]) for k in ks}  # (P, 1) prediction and label at k
+    keep = ts.scored
+    task = {k: ((col[k][0] - col[k][1])[keep, 0] ** 2 / ts.within_var[keep]).mean() for k in ks}
     return {"positions": ks, "r2": [float(r2(*col[k])[0]) for k in ks],
-            "r2_within": [float(r2_within(*col[k], ts.within_var)[0]) for k in ks]}
+            "r2_within": [float(r2_within(*col[k], ts.within_var)[0]) for k in ks],
+            "r2_task": [1 - float(task[k]) for k in ks]}
+
+
+def baseline_predictions(cfg: ExperimentConfig, ts: TestSet, gd_positions: list[int],
+                         seed: int = 0) -> dict:
+    """The four baselines' predictions on one test set: (P, n) each, the GD baseline's {position: (P,)}."""
+    return {"context mean": context_mean(ts), "least squares": least_squares(ts),
+            "linear ceiling": linear_ceiling(ts), "GD baseline": gd_baseline(cfg, ts, gd_positions, seed)}
+
+
+def _baseline_curves(preds: dict, ts: TestSet) -> dict:
+    return {name: _at_positions(p, ts) if name == "GD baseline" else _curves(p, ts) for name, p in preds.items()}
+
+
+def _baseline_errors(preds: dict, ts: TestSet) -> dict:
+    gd = preds["GD baseline"]
+    gd_full = torch.zeros_like(ts.y)  # (P, n), the GD baseline's positions filled in
+    for k, v in gd.items():
+        gd_full[:, k] = v
+    out = {name: task_errors(p, ts) for name, p in preds.items() if name != "GD baseline"}
+    return {**out, "GD baseline": task_errors(gd_full, ts)[:, list(gd)]}
 
 
 def baselines(cfg: ExperimentConfig, ts: TestSet, gd_positions: list[int], seed: int = 0) -> dict:
     """Pooled and within-task R^2 of the four baselines on one test set (GD baseline at ``gd_positions``)."""
-    out = {"context mean": _curves(context_mean(ts), ts), "least squares": _curves(least_squares(ts), ts),
-           "linear ceiling": _curves(linear_ceiling(ts), ts)}
-    out["GD baseline"] = _at_positions(gd_baseline(cfg, ts, gd_positions, seed), ts)
-    return out
+    return _baseline_curves(baseline_predictions(cfg, ts, gd_positions, seed), ts)
 
 
-def predict(model: ICLTransformer, ts: TestSet) -> torch.Tensor:
-    """The model's prediction at every position of every test prompt, on the test set's device, (P, n)."""
+def predict(model: ICLTransformer, ts: TestSet, chunk: int = 512) -> torch.Tensor:
+    """The model's prediction at every position of every test prompt, on the test set's device, (P, n);
+    ``chunk`` prompts at a time (a few hundred keep a CPU's caches warm: 2-3 times faster than all at once)."""
+    chunk = validate.positive_int("chunk", chunk)
     dev = next(model.parameters()).device
     with torch.no_grad():
-        return model(ts.x.to(dev), ts.y.to(dev)).to(ts.y.device)
+        parts = [model(ts.x[i:i + chunk].to(dev), ts.y[i:i + chunk].to(dev))
+                 for i in range(0, ts.x.shape[0], chunk)]
+    return torch.cat(parts).to(ts.y.device)
 
 
 def evaluate(cfg: ExperimentConfig, models: dict[str, ICLTransformer], gd_positions: list[int]) -> dict:
@@ -384,43 +474,60 @@ def config_dict(cfg: ExperimentConfig) -> dict:
 
 
 def run(cfg: ExperimentConfig, seeds: list[int], target_depths: list[int], gd_positions: list[int],
-        attentions: tuple = ATTENTIONS, device: torch.device = torch.device("cpu")) -> dict:
+        attentions: tuple = ATTENTIONS, device: torch.device = torch.device("cpu"),
+        blind_seeds: tuple = ()) -> dict:
     """App. G for several training seeds and target depths: per target depth and mixture, the baselines
     and one curve per attention type and seed, on test prompts shared by all seeds.
 
-    Returns ``{"settings": {...}, "seconds": {attention: s}, "curves": {depth: {omega2: {baseline: curves,
-    "softmax-TF": [curves per seed], "ReLU-TF": [...]}}}}`` where curves are ``{"r2": [n], "r2_within":
-    [n]}`` (the GD baseline's also name their ``positions``). The test prompts of target depth D and the
-    i-th mixture come from seed ``cfg.seed + 1000 D + 100 + i``.
+    ``blind_seeds``: seeds of x-blind controls (``x_blind=True``, otherwise the same training), one per
+    attention type and target depth, named ``NAME x-blind``. Returns ``{"settings": {...}, "seconds":
+    {attention: s}, "curves": {depth: {omega2: {baseline: curves, "softmax-TF": [curves per seed], ...}}},
+    "errors": {depth: {omega2: {name: errors}}}}`` where curves are ``{"r2": [n], "r2_within": [n],
+    "r2_task": [n]}`` (the GD baseline's also name their ``positions``) and errors the `task_errors`
+    (P', n) on the CPU (a list per seed for the models; the GD baseline's hold its positions only). The
+    test prompts of target depth D and the i-th mixture come from seed ``cfg.seed + 1000 D + 100 + i``.
     """
     seeds = [validate.positive_int("seeds entry", s, 0) for s in seeds]
+    blind = [validate.positive_int("blind_seeds entry", s, 0) for s in blind_seeds]
     depths = [validate.positive_int("target_depths entry", t) for t in target_depths]
     if not seeds or len(set(seeds)) < len(seeds):
         raise ValueError(f"seeds must be a non-empty list of distinct ints >= 0, got {seeds!r}")
+    if len(set(blind)) < len(blind):
+        raise ValueError(f"blind_seeds must be distinct ints >= 0, got {blind_seeds!r}")
     if not depths or len(set(depths)) < len(depths):
         raise ValueError("target_depths must be a non-empty list of distinct ints >= 1, "
                          f"got {target_depths!r}")
     attentions = tuple(validate.choice("attentions entry", a, ATTENTIONS) for a in attentions)
     curves: dict = {}
+    errors: dict = {}
     tests: dict = {}
     for t in depths:
         tcfg = replace(cfg, target_depth=t)
         tests[t] = [test_set(tcfg, w, seed=cfg.seed + 1000 * t + 100 + i, device=device)
                     for i, w in enumerate(cfg.mixtures)]
-        curves[t] = {w: baselines(tcfg, ts, gd_positions, seed=cfg.seed)
-                     for w, ts in zip(cfg.mixtures, tests[t])}
+        curves[t], errors[t] = {}, {}
+        for w, ts in zip(cfg.mixtures, tests[t]):
+            preds = baseline_predictions(tcfg, ts, gd_positions, seed=cfg.seed)
+            curves[t][w], errors[t][w] = _baseline_curves(preds, ts), _baseline_errors(preds, ts)
     seconds = {}
-    members = [(t, s) for t in depths for s in seeds]
     for attention in attentions:
-        cfgs = [replace(cfg, target_depth=t, seed=s) for t, s in members]
-        models, log = train_ensemble(cfgs, attention, device)
-        seconds[attention] = log["seconds"]
-        for (t, _), model in zip(members, models):
-            for w, ts in zip(cfg.mixtures, tests[t]):
-                curves[t][w].setdefault(NAMES[attention], []).append(_curves(predict(model, ts), ts))
-    settings = {"config": config_dict(cfg), "seeds": seeds, "target_depths": depths,
+        seconds[attention] = 0.0
+        for group, is_blind in ((seeds, False), (blind, True)):
+            if not group:
+                continue
+            members = [(t, s) for t in depths for s in group]
+            cfgs = [replace(cfg, target_depth=t, seed=s, x_blind=is_blind) for t, s in members]
+            models, log = train_ensemble(cfgs, attention, device)
+            seconds[attention] += log["seconds"]
+            name = NAMES[attention] + (" x-blind" if is_blind else "")
+            for (t, _), model in zip(members, models):
+                for w, ts in zip(cfg.mixtures, tests[t]):
+                    pred = predict(model, ts)
+                    curves[t][w].setdefault(name, []).append(_curves(pred, ts))
+                    errors[t][w].setdefault(name, []).append(task_errors(pred, ts))
+    settings = {"config": config_dict(cfg), "seeds": seeds, "blind_seeds": blind, "target_depths": depths,
                 "attentions": list(attentions), "device": str(device), "torch": torch.__version__}
-    return {"settings": settings, "seconds": seconds, "curves": curves}
+    return {"settings": settings, "seconds": seconds, "curves": curves, "errors": errors}
 
 
 def at(curve: dict, k: int, key: str = "r2_within") -> float:
@@ -430,20 +537,22 @@ def at(curve: dict, k: int, key: str = "r2_within") -> float:
     return curve[key][k]
 
 
-def summary(result: dict, k: int) -> dict:
-    """Per target depth, mixture and attention type at position k: the within-task R^2 of every seed, its
-    margin over the context mean (difference of within-task R^2) and its MSE ratio to the context mean;
-    and the baselines' within-task R^2 and pooled R^2."""
+def summary(result: dict, k: int, key: str = "r2_within") -> dict:
+    """Per target depth, mixture and attention type at position k: the within-task R^2 (``key``:
+    ``"r2_within"`` or ``"r2_task"``) of every seed, its margin over the context mean (difference of
+    within-task R^2) and its MSE ratio to the context mean; and the baselines' within-task R^2 and pooled
+    R^2."""
+    key = validate.choice("key", key, ("r2_within", "r2_task"))
     out: dict = {}
     for t, per_mixture in result["curves"].items():
         out[t] = {}
         for w, res in per_mixture.items():
-            cm = at(res["context mean"], k)
-            row = {name: at(res[name], k) for name in BASELINES}
+            cm = at(res["context mean"], k, key)
+            row = {name: at(res[name], k, key) for name in BASELINES}
             row.update({f"{name} pooled": at(res[name], k, "r2") for name in BASELINES})
-            for name in NAMES.values():
+            for name in [*NAMES.values(), *(f"{v} x-blind" for v in NAMES.values())]:
                 if name in res:
-                    vals = [at(c, k) for c in res[name]]
+                    vals = [at(c, k, key) for c in res[name]]
                     row[name] = vals
                     row[f"{name} pooled"] = [at(c, k, "r2") for c in res[name]]
                     row[f"{name} margin"] = [v - cm for v in vals]

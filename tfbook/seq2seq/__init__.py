@@ -13,7 +13,7 @@ Public API (see the chapter book/seq2seq):
 * the paper's size formulas (`formulas`, each a `tfbook.claims.paper_formula`): `eq7_width`, `eq7_growth`
   (Lemma D.1, Eq. (7)), `app_e_embedding_width`, `app_e_heads`, `app_e_chi` (App. E);
 * Section 6: `greedy_mask`, `global_greedy_mask`, `jaccard`, `make_motif_dataset`, `TinyViT`; with controls
-  (`tfbook.seq2seq.masking_study`): `masking_study` (one seed of the experiment), `masking_studies`
+  (`tfbook.seq2seq.masking_controls`): `masking_study` (one seed of the experiment), `masking_studies`
   (several seeds trained together), `random_jaccard`.
 """
 import torch
@@ -21,7 +21,7 @@ import torch
 from tfbook.seq2seq import formulas
 from tfbook.seq2seq.masking import (TinyViT, global_greedy_mask, greedy_mask, jaccard, make_motif_dataset,
                                     train_classifier)
-from tfbook.seq2seq.masking_study import masking_studies, masking_study, random_jaccard
+from tfbook.seq2seq.masking_controls import masking_studies, masking_study, random_jaccard
 from tfbook.seq2seq.ffn import trig_network
 from tfbook.seq2seq.models import (PaperSizes, Seq2SeqTransformer, attention_error_bound, build_approximator,
                                    build_extractor, build_selector, chi_for, pe_angle)
@@ -47,9 +47,14 @@ def _bench_extractor(device: torch.device):
 
 def _bench_selector(device: torch.device):
     V, N = 8, 51 * 3
-    model = build_selector({(0, 0): 1.0, (0, 1): 0.25}, [[1], [1], [1], [1]], 2, V, gap=1.0 / (4 * N)).to_device(device)
-    X = torch.rand(8, 2, N, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
-    return model, X
+    model = build_selector({(0, 0): 1.0, (1, 1): 0.25}, [[1], [1], [1], [1]], 2, V, gap=1.0 / (4 * N)).to_device(device)
+    gen = torch.Generator().manual_seed(0)
+    X = torch.rand(8, 2, N, dtype=torch.float64, generator=gen)
+    # importance values (X[0, i] + X[1, i+1]/4) at least 1/(4N) apart in every window, as Theorem 4.5
+    # assumes and the run checks: channel 0 a permuted grid of step 1/(N - 1), channel 1 constant
+    X[:, 0] = torch.stack([torch.randperm(N, generator=gen) for _ in range(8)]).double() / (N - 1)
+    X[:, 1] = 0.5
+    return model, X.to(device)
 
 
 def bench_cases() -> dict[str, dict]:

@@ -3,8 +3,10 @@
 `greedy_mask` follows the paper: at each step mask the remaining token whose masking maximises the
 predicted probability of the correct class (ties to the smallest index). `global_greedy_mask`
 chooses one mask shared by a set of inputs (a "fixed smoothness" baseline); `jaccard` compares
-kept-token sets. `make_motif_dataset` builds the controlled synthetic images of the chapter (a class
-motif at a random location among distractors). `TinyViT` is a small vision transformer with the 2-D
+kept-token sets. `make_motif_dataset` builds controlled synthetic images (a class motif at a random
+location among distractors, brighter than the background); `make_coloured_motif_dataset` is its version
+whose brightness carries no information (every token lit in one colour channel, all with the same
+intensity law), the one the chapter uses. `TinyViT` is a small vision transformer with the 2-D
 sinusoidal positional encoding of Remark 4.3, trained in float32 (torch's own encoder layers: this model
 is trained, not constructed; the last layer is evaluated for the CLS token only, the one row the head
 reads). `train_classifiers` trains the models of several seeds at once, as one batched model.
@@ -106,9 +108,18 @@ def global_greedy_mask(predict: Predict, X: torch.Tensor, labels, steps: Optiona
     return torch.tensor(order, dtype=torch.long), torch.tensor(probs, dtype=torch.float64)
 
 
+def _index_set(name: str, values) -> set[int]:
+    out = set()
+    for v in values:
+        if isinstance(v, bool) or not float(v).is_integer():
+            raise ValueError(f"{name} must hold integer token indices, got {v!r}")
+        out.add(int(v))
+    return out
+
+
 def jaccard(a, b) -> float:
     """|a ∩ b| / |a ∪ b| of two index sets (1 for two empty sets)."""
-    a, b = {int(i) for i in a}, {int(i) for i in b}
+    a, b = _index_set("a", a), _index_set("b", b)
     return 1.0 if not a and not b else len(a & b) / len(a | b)
 
 
@@ -123,11 +134,18 @@ def make_motif_dataset(n: int, grid: int = 8, seed: int = 0, distractors: int = 
       another class c' ≠ c, placed at random without touching the motif or each other.
 
     Tokens are numbered row-major
-    (token = row·grid + col); the motif indices are sorted ascending. Deterministic in `seed`.
+    (token = row·grid + col); the motif indices are sorted ascending. Deterministic in `seed`. Each
+    placement draws until it finds a free pair; it always finds one when distractors <= (grid (grid - 1)
+    - 5) / 4 (each of the at most 2 distractors + 2 tokens already placed blocks at most 2 of the
+    grid (grid - 1) pairs of the drawn orientation), and more raise ValueError.
     """
     n = validate.positive_int("n", n)
     grid = validate.positive_int("grid", grid, 3)
     distractors = validate.positive_int("distractors", distractors, 0)
+    most = (grid * (grid - 1) - 5) // 4
+    if distractors > most:
+        raise ValueError(f"distractors must be <= {most} on a {grid}x{grid} grid (so that every placement "
+                         f"finds a free pair), got {distractors}")
     seed = validate.positive_int("seed", seed, 0)
     noise = validate.real("noise", noise, 0.0, 1.0, high_open=True)
     gen = torch.Generator().manual_seed(int(seed))
@@ -155,6 +173,72 @@ def make_motif_dataset(n: int, grid: int = 8, seed: int = 0, distractors: int = 
                     break
             X[b, other, half] = 1.0
             used |= set(half)
+    return X, labels, motifs
+
+
+def _adjacent_pairs(grid: int) -> torch.Tensor:
+    """(P, 2) every horizontal and vertical pair of adjacent tokens of a grid x grid image (row-major)."""
+    t = torch.arange(grid * grid).view(grid, grid)
+    horizontal = torch.stack([t[:, :-1].flatten(), t[:, 1:].flatten()], 1)
+    vertical = torch.stack([t[:-1].flatten(), t[1:].flatten()], 1)
+    return torch.cat([horizontal, vertical])
+
+
+def make_coloured_motif_dataset(n: int, grid: int = 8, seed: int = 0, distractors: int = 2,
+                                specks: int = 2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Motif images whose brightness says nothing: (X (n, 8, grid²), labels (n,) in 0..3, motif (n, 4)).
+
+    d = 8 channels, read as colours; colours 0..3 are the class colours, 4..7 the background colours.
+    Every token is lit in exactly one channel, with an intensity uniform in [0.5, 1] drawn independently
+    of everything else, so the intensity of a token (any norm over channels) has the same law whatever
+    role it plays; only its colour and its neighbours tell. The roles:
+
+    * the class-c motif, a 2×2 block at a uniformly random location, in colour c;
+    * `distractors` half-motifs, 2 adjacent tokens (a horizontal or vertical pair, uniform among the free
+      ones) in a class colour c' ≠ c;
+    * `specks` single tokens, each in a uniformly random class colour (c included), on free tokens;
+    * every other token in a uniformly random background colour 4..7.
+
+    Tokens are numbered row-major (token = row·grid + col); the motif indices are sorted ascending.
+    Deterministic in `seed`. Raises ValueError when the pieces do not fit on the grid.
+    """
+    n = validate.positive_int("n", n)
+    grid = validate.positive_int("grid", grid, 3)
+    distractors = validate.positive_int("distractors", distractors, 0)
+    specks = validate.positive_int("specks", specks, 0)
+    seed = validate.positive_int("seed", seed, 0)
+    N = grid * grid
+    if 4 + 2 * distractors + specks > N // 2:
+        raise ValueError(f"distractors and specks must leave half of the {N} tokens to the background "
+                         f"(4 + 2 distractors + specks <= {N // 2}), got distractors={distractors}, "
+                         f"specks={specks}")
+    gen = torch.Generator().manual_seed(int(seed))
+    pairs = _adjacent_pairs(grid)  # (P, 2)
+    labels = torch.randint(4, (n,), generator=gen)
+    colour = 4 + torch.randint(4, (n, N), generator=gen)  # (n, N) background colours
+    intensity = 0.5 + 0.5 * torch.rand(n, N, generator=gen)  # (n, N), role-blind
+    corner = torch.randint(grid - 1, (n, 2), generator=gen)  # (n, 2) motif's top-left (row, col)
+    motifs = torch.empty(n, 4, dtype=torch.long)
+    for b in range(n):
+        c = int(labels[b])
+        r, q = int(corner[b, 0]), int(corner[b, 1])
+        motif = torch.tensor([r * grid + q, r * grid + q + 1, (r + 1) * grid + q, (r + 1) * grid + q + 1])
+        motifs[b] = motif
+        colour[b, motif] = c
+        free = torch.ones(N, dtype=torch.bool)
+        free[motif] = False
+        for _ in range(distractors):
+            options = pairs[free[pairs].all(1)]  # (P', 2) pairs still free
+            if not len(options):  # only on a fragmented small grid
+                raise ValueError(f"distractors={distractors} half-motifs do not fit on a {grid}x{grid} grid")
+            half = options[int(torch.randint(len(options), (1,), generator=gen))]
+            colour[b, half] = (c + 1 + int(torch.randint(3, (1,), generator=gen))) % 4
+            free[half] = False
+        spots = torch.nonzero(free).flatten()
+        spots = spots[torch.randperm(len(spots), generator=gen)[:specks]]
+        colour[b, spots] = torch.randint(4, (specks,), generator=gen)
+    X = torch.zeros(n, 8, N)
+    X.scatter_(1, colour[:, None, :], intensity[:, None, :])  # (n, 8, N): one lit channel per token
     return X, labels, motifs
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -123,8 +123,9 @@ class Seq2SeqTransformer(Construction):
     """f_M ∘ g_M ∘ ... ∘ f_1 ∘ g_1 ∘ Enc_P of the paper, with core attention and feed-forward layers."""
 
     def __init__(self, d: int, E: torch.Tensor, pe: PositionalEncoding, spec: list[dict], period: int, layout: Layout,
-                 boundaries: Sequence[str] = BOUNDARIES):
+                 boundaries: Sequence[str] = BOUNDARIES, input_guard: Optional[Callable[[torch.Tensor], None]] = None):
         self._d, self._E, self._pe, self._period = d, E.clone(), pe, period
+        self._input_guard = input_guard  # raises ValueError on inputs outside the construction's guarantee
         self._boundaries = tuple(boundaries)  # the boundaries the construction's guarantee covers
         self._spec = [{"U": s["U"], "heads": [tuple(t.clone() for t in h) for h in s["heads"]],
                        "ffn": [(A.copy(), b.copy()) for A, b in s["ffn"]]} for s in spec]
@@ -190,6 +191,8 @@ class Seq2SeqTransformer(Construction):
         if boundary == "circular" and X.shape[-1] % self._period:
             raise ValueError(f"X must have a length N that is a multiple of period = {self._period} for "
                              f"boundary='circular', got N = {X.shape[-1]}")
+        if self._input_guard is not None:
+            self._input_guard(X)
         return X
 
     def embed_sequence(self, X: torch.Tensor, boundary: str = "circular") -> tuple[torch.Tensor, int]:
@@ -326,6 +329,26 @@ def _approximator_chi(U: int, H: int, tol: float, log_lip: float) -> float:
 
 
 # --- Theorem 4.5: dynamic token selection ----------------------------------------------------------
+def _gap_guard(terms: list, w0: float, V: int, gap: float) -> Callable[[torch.Tensor], None]:
+    """A check of Theorem 4.5's assumption on X (batch, d, N): within every window [i−V, i+V] (circular)
+    the importance values μ = w_() + Σ w_{c,o} X[c, i+o] are pairwise at least ``gap`` apart."""
+    def guard(X: torch.Tensor) -> None:
+        if not validate.has_values(X):  # meta tensors: nothing to read
+            return
+        N = X.shape[-1]
+        pos = torch.arange(N, device=X.device)
+        mu = X.new_full((X.shape[0], N), w0)  # (B, N)
+        for (c, o), w in terms:
+            mu = mu + w * X[:, c, torch.remainder(pos + o, N)]
+        window = torch.remainder(pos[:, None] + torch.arange(-V, V + 1, device=X.device)[None, :], N)
+        spacing = mu[:, window].sort(-1).values.diff(dim=-1)  # (B, N, 2V)
+        if spacing.numel() and float(spacing.min()) < gap * (1 - 1e-9):
+            raise ValueError(f"X must have importance values at least gap = {gap:.6g} apart within every window "
+                             f"of 2V+1 = {2 * V + 1} tokens (Theorem 4.5's assumption), got a spacing of "
+                             f"{float(spacing.min()):.6g}")
+    return guard
+
+
 def build_selector(importance: dict, channels, d: int, V: int, gap: float, code: str = "onehot",
                    code_dim: Optional[int] = None, seed: int = 0, eps: float = 1e-9,
                    chi: Optional[float] = None) -> Seq2SeqTransformer:
@@ -351,6 +374,10 @@ def build_selector(importance: dict, channels, d: int, V: int, gap: float, code:
         terms.append((key, validate.real("importance weight", w)))
     if not terms:
         raise ValueError("importance must contain at least one (channel, offset) term")
+    most = sum(abs(w) for _, w in terms) / (2 * V)  # 2V+1 values in an interval of width Σ|w| (X in [0, 1])
+    if gap > most:
+        raise ValueError(f"gap must be <= Σ|w| / (2V) = {most:.6g}: 2V+1 importance values pairwise gap apart "
+                         f"do not fit in the range of μ for inputs in [0, 1], got {gap}")
     U1 = max(1, max(abs(int(o)) for (_, o), _ in terms))
     pairs = _check_offsets([k for k, _ in terms], d, U1, "importance")
     weights = [w for _, w in terms]
@@ -421,6 +448,7 @@ def build_selector(importance: dict, channels, d: int, V: int, gap: float, code:
             ffn = [(_readout(out, D, at.get("F", 0)), np.zeros(out))]
         spec.append({"U": V, "heads": [(K, Q, Vm)], "ffn": ffn})
     period = math.lcm(2 * U1 + 1, l)
-    model = Seq2SeqTransformer(d, E, pe, spec, period, layout, boundaries=("circular",))  # windows wrap around
+    model = Seq2SeqTransformer(d, E, pe, spec, period, layout, boundaries=("circular",),  # windows wrap around
+                               input_guard=_gap_guard(terms, w0, V, gap))
     model.kappa, model.chi_selection, model.chi_importance = kappa, chi_sel, chi1
     return model
