@@ -300,6 +300,20 @@ def test_gradient_ascent_returns_best_point_visited():
     assert torch.equal(e, verify.errors(model, coeffs, X)) and bool((e >= verify.errors(model, coeffs, X0)).all())
 
 
+def test_gradient_ascent_in_small_chunks_is_the_same_search(monkeypatch):
+    """The gradients are taken in memory-bounded chunks (a backward pass keeps every layer's states):
+    chunks of one input give the gradients of one pass over the batch, up to rounding."""
+    coeffs = cs.example1_coeffs(1, 3)
+    model = cs.build_transformer(coeffs, 1, 5, 3, 3)
+    X0 = torch.rand(6, 1, 5, dtype=F64, generator=torch.Generator().manual_seed(2))
+    whole = verify._error_gradient(model, coeffs, X0)
+    monkeypatch.setattr(verify, "MEMORY", 1)  # one input per chunk
+    assert verify.chunk_size(model) == 1
+    chunked = verify._error_gradient(model, coeffs, X0)
+    assert whole.shape == X0.shape and float(whole.abs().max()) > 0
+    assert torch.allclose(whole, chunked, rtol=1e-9, atol=1e-9 * float(whole.abs().max()))
+
+
 def test_recursive_bound_per_T_and_exact_zero_beyond_n():
     d, s, N, L, n = 2, 3, 4, 3, 2
     model = cs.build_transformer(cs.example1_coeffs(d, s), d, n, N, L)

@@ -298,6 +298,24 @@ def test_push_tolerance_falls_like_one_over_P():
         rb.pgd_flip([torch.zeros(2, dtype=F64)], lambda: torch.ones(1, dtype=F64), 0.0)
 
 
+def test_push_tolerance_of_right_only_runs_does_not_fall_until_one_over_2P():
+    """1/(8P) holds for runs that re-read written cells; a head that only moves right meets only the
+    encoder's match against its null key (1/(2P)) and, below it, a limit that does not change with P."""
+    xs = tg.all_strings("01", 3)
+    machines = {"right": tg.parity(), "back": tg.step_back(tg.parity())}
+    scaled = {name: [] for name in machines}
+    for name, tm in machines.items():
+        for T in (6, 14) if name == "right" else (14, 30):
+            model = tg.build_transformer(tm, T, device="cpu")
+            scaled[name].append(model.P * rb.push_tolerance(model, xs, [tm.run(x, T) for x in xs]))
+    assert scaled["right"][1] / scaled["right"][0] == pytest.approx(5 / 4)  # the same push at P = 4, 5
+    assert all(0.25 <= v <= 0.5 for v in scaled["right"]), scaled
+    assert all(0.1 <= v <= 0.16 for v in scaled["back"]), scaled
+    assert [tg.residue(3).run(x, 6).accepted for x in ("", "111", "1101", "10")] == [True, True, True, False]
+    back = tg.step_back(tg.parity()).run("11", 5)
+    assert back.heads == [1, 2, 3, 2, 3, 4] and back.states[3:] == ["acc'", "acc", "acc"]
+
+
 def test_identity_chain_certified_margin_flat_with_correction_and_falling_without():
     X = tg.all_inputs(2)
     corrected, plain = [], []
@@ -347,6 +365,39 @@ def test_bad_input():
         tg.Circuit(2, [[("NOT", (5,))]])
     with pytest.raises(ValueError, match="op 'XOR'"):
         tg.Circuit(2, [[("XOR", (0, 1))]])
+
+
+@pytest.mark.parametrize("arg,kwargs", [
+    ("initial", {"delta": {("<pre>", "_"): ("acc", "_", 1)}, "initial": "<pre>"}),
+    ("delta", {"delta": {("s", "_"): ("<pre>", "_", 1), ("<pre>", "_"): ("acc", "_", 1)}, "initial": "s"}),
+    ("accept", {"delta": {("s", "_"): ("acc", "_", 1)}, "initial": "s", "accept": ["acc", "<pre>"]}),
+    ("reject", {"delta": {("s", "_"): ("acc", "_", 1)}, "initial": "s", "reject": ["<pre>"]}),
+])
+def test_the_pre_step_state_name_is_reserved(arg, kwargs):
+    """A machine state named like the transformer's pre-step state once ran with every run wrong."""
+    with pytest.raises(ValueError, match=f"^{arg} uses the reserved state name '<pre>'"):
+        tg.TuringMachine(**{"accept": ["acc"], **kwargs})
+
+
+def test_wrong_containers_and_non_bit_inputs_are_refused():
+    delta = {("s", "_"): ("acc", "_", 1)}
+    with pytest.raises(ValueError, match="^delta must be a mapping"):
+        tg.TuringMachine(list(delta.items()), "s", accept=["acc"])
+    with pytest.raises(ValueError, match="^accept must be an iterable of state names"):
+        tg.TuringMachine(delta, "s", accept="acc")  # once the states "a" and "c"
+    with pytest.raises(ValueError, match=r"^layers must be a list or tuple of layers, got generator"):
+        tg.Circuit(2, (layer for layer in [[("AND", (0, 1))]]))
+    with pytest.raises(ValueError, match=r"^layers\[0\] must be a list or tuple of gates"):
+        tg.Circuit(2, [(gate for gate in [("AND", (0, 1))])])
+    c = tg.Circuit(2, [[("AND", (0, 1))]])
+    net = tg.build_circuit_network(c)
+    for X in ([[0.5, 1.0]], [[1.0, 2.0]], [[-1.0, 0.0]]):  # 0.5 once gave F = 0 and evaluated as True
+        for fn in (c.evaluate, net):
+            with pytest.raises(ValueError, match=r"X must hold bits: every input in \{0, 1\}"):
+                fn(torch.tensor(X, dtype=F64))
+    with pytest.raises(ValueError, match=r"X must have shape \(batch, 2\)"):
+        net(torch.zeros(3, 3, dtype=F64))
+    assert torch.equal(net(tg.all_inputs(2)), torch.tensor([-1.0, -1.0, -1.0, 1.0], dtype=F64))
 
 
 def test_history_helpers_and_transformer_tape_over_time():

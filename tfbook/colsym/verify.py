@@ -69,6 +69,18 @@ def errors(model: ColsymTransformer, coeffs: Mapping[Key, float], X: torch.Tenso
         return torch.cat([(model(Xc) - evaluate(coeffs, Xc)).abs() for Xc in torch.split(X, chunk_size(model))])
 
 
+def _error_gradient(model: ColsymTransformer, coeffs: Mapping[Key, float], X: torch.Tensor) -> torch.Tensor:
+    """d|f - TF| / dX per input (batch, d, n), in chunks: a backward pass keeps every layer's states, so a
+    chunk holds `chunk_size` / (number of layers) inputs."""
+    per_chunk = max(1, chunk_size(model) // max(1, len(model.layers)))
+    grads = []
+    for Xc in torch.split(X.detach(), per_chunk):
+        Xc = Xc.clone().requires_grad_(True)
+        loss = (model(Xc) - evaluate(coeffs, Xc)).abs()
+        grads.append(torch.autograd.grad(loss.sum(), Xc)[0])
+    return torch.cat(grads)
+
+
 def gradient_ascent(model: ColsymTransformer, coeffs: Mapping[Key, float], X0: torch.Tensor,
                     steps: int = 30, step: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Projected sign-gradient ascent on |f - TF| over [0, 1]^{d x n} from each input of X0.
@@ -81,10 +93,7 @@ def gradient_ascent(model: ColsymTransformer, coeffs: Mapping[Key, float], X0: t
     best_X, best_e = X0.clone(), errors(model, coeffs, X0)
     quarter = max(1, steps // 4)
     for t in range(steps):
-        X.requires_grad_(True)
-        loss = (model(X) - evaluate(coeffs, X)).abs()
-        (grad,) = torch.autograd.grad(loss.sum(), X)
-        X = (X.detach() + h * 2.0 ** -(t // quarter) * grad.sign()).clamp(0.0, 1.0)
+        X = (X + h * 2.0 ** -(t // quarter) * _error_gradient(model, coeffs, X).sign()).clamp(0.0, 1.0)
         e = errors(model, coeffs, X)
         better = e > best_e
         best_X[better], best_e[better] = X[better], e[better]

@@ -2,6 +2,12 @@
 
 Public API: `build_transformer` (Theorem 1's (2N+4)L-layer transformer), `ReluSum` and
 `interpolant` (Definition 4). The references it is checked against live in `tfbook.icgd.nets`.
+
+The smooth tables (r, r' and the log-cosh loss's tanh) default to M = 256 pieces (64 before the tails
+below; the book's pages pass M = 64 where they show the error against M) and continue beyond a cut c
+(`construct.table_cut`, set by M alone) with the function's own tails, so their sup error does not grow
+with the range R. Every run checks its inputs (x, y, w within x_bound, y_bound, box), the tables' ranges
+and, for every activation, |p(N) - y| <= R_u on every token, which the query gate needs.
 """
 import torch
 

@@ -26,7 +26,8 @@ from tfbook.turing.circuits import (Circuit, CircuitNetwork, all_inputs, build_c
                                     l1_formula, random_circuit)
 from tfbook.turing.fleet import TMFleet, build_fleet
 from tfbook.turing.machine import (CATALOG, CATALOG_SYMBOLS, RunResult, TuringMachine, all_strings, balanced, copy,
-                                   counter, increment, palindrome, parity, random_tm)
+                                   counter, increment, palindrome, parity, random_tm, residue,
+                                   step_back)
 from tfbook.turing.margin import (flip_radius, random_direction, toy_margin_closed_form, toy_margin_numeric,
                                   toy_output)
 from tfbook.turing.transformer import TMTransformer, binary, build_transformer, position_bits, score_gaps, tm_layout
@@ -49,5 +50,6 @@ __all__ = [
     "TuringMachine", "all_inputs", "all_strings", "balanced", "binary", "build_circuit_network", "build_fleet",
     "build_transformer", "copy", "counter",
     "flip_radius", "gate_counts", "increment", "l1_formula", "palindrome", "parity", "position_bits", "random_circuit",
-    "random_direction", "random_tm", "score_gaps", "tm_layout", "toy_margin_closed_form", "toy_margin_numeric", "toy_output",
+    "random_direction", "random_tm", "residue", "score_gaps", "step_back", "tm_layout",
+    "toy_margin_closed_form", "toy_margin_numeric", "toy_output",
 ]

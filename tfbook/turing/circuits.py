@@ -17,6 +17,7 @@ from typing import Sequence
 
 import torch
 
+from tfbook import validate
 from tfbook.device import DTYPE
 from tfbook.layers import FeedForward, perturb
 from tfbook.layout import Layout
@@ -32,10 +33,15 @@ class Circuit:
     def __init__(self, num_inputs: int, layers: Sequence[Sequence[tuple[str, tuple[int, ...]]]]):
         if isinstance(num_inputs, bool) or not isinstance(num_inputs, int) or num_inputs < 1:
             raise ValueError(f"num_inputs must be an int >= 1, got {num_inputs!r}")
+        if isinstance(layers, str) or not isinstance(layers, Sequence):
+            raise ValueError(f"layers must be a list or tuple of layers, got {type(layers).__name__}")
         if len(layers) == 0:
             raise ValueError("layers must contain at least one layer of gates")
         width = num_inputs
         for i, layer in enumerate(layers, start=1):
+            if isinstance(layer, str) or not isinstance(layer, Sequence):
+                raise ValueError(f"layers[{i - 1}] must be a list or tuple of gates (op, parents), "
+                                 f"got {type(layer).__name__}")
             if len(layer) == 0:
                 raise ValueError(f"layer {i} has no gates")
             for gate in layer:
@@ -65,7 +71,7 @@ class Circuit:
 
     def evaluate(self, X: torch.Tensor) -> torch.Tensor:
         """Reference evaluation with Boolean logic: (batch, num_inputs) 0/1 -> (batch,) 0/1."""
-        h = torch.as_tensor(X).bool()
+        h = check_bits(X, self.num_inputs).bool()
         for layer in self.layers:
             cols = []
             for op, p in layer:
@@ -79,6 +85,16 @@ class Circuit:
                     cols.append(h[:, p[0]])
             h = torch.stack(cols, 1)
         return h[:, 0].long()
+
+
+def check_bits(X, num_inputs: int) -> torch.Tensor:
+    """X as a (batch, num_inputs) tensor, every entry 0 or 1 (on the meta device only the shape is checked)."""
+    X = torch.as_tensor(X)
+    if X.ndim != 2 or X.shape[1] != num_inputs:
+        raise ValueError(f"X must have shape (batch, {num_inputs}), got {tuple(X.shape)}")
+    if validate.has_values(X) and not bool(((X == 0) | (X == 1)).all()):
+        raise ValueError("X must hold bits: every input in {0, 1}")
+    return X
 
 
 def _random_layers(num_inputs: int, depth: int, width: int, rng: random.Random) -> list:
@@ -163,8 +179,7 @@ class CircuitNetwork(Construction):
         """F (batch,) for 0/1 inputs X (batch, m). ``block_noise``: push every corrected block's output that far
         towards 1/2 (the adversarial direction) before its correction, through `tfbook.layers.perturb`;
         ``correct=False`` skips the corrections. ``return_hidden`` also returns each corrected block's output."""
-        H = torch.as_tensor(X, dtype=DTYPE).unsqueeze(1)  # (batch, 1, m)
-        self._check(H)
+        H = torch.as_tensor(check_bits(X, self.layout.dim), dtype=DTYPE).unsqueeze(1)  # (batch, 1, m)
         pushed = [f"L{i}.gate2" for i in range(1, self.num_blocks)]
         push = lambda layer, U: U + float(block_noise) * (1 - 2 * U.round())  # noqa: E731
         hidden = []

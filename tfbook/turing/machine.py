@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 Transition = tuple[str, str, int]
+PRE = "<pre>"  # the transformer's pre-step state (App. C), reserved: no machine may name a state so
+RESERVED_STATES = frozenset({PRE})
 
 
 @dataclass
@@ -45,6 +47,12 @@ class TuringMachine:
                  accept: Iterable[str], reject: Iterable[str] = (), blank: str = "_"):
         if not isinstance(blank, str) or len(blank) != 1:
             raise ValueError(f"blank must be a single character, got {blank!r}")
+        if not isinstance(delta, Mapping):
+            raise ValueError("delta must be a mapping (state, symbol) -> (state, symbol, move), "
+                             f"got {type(delta).__name__}")
+        for arg, names in (("accept", accept), ("reject", reject)):
+            if isinstance(names, str) or not isinstance(names, Iterable):
+                raise ValueError(f"{arg} must be an iterable of state names (not one str), got {names!r}")
         self.blank, self.initial = blank, initial
         self.accept, self.reject = frozenset(accept), frozenset(reject)
         if not isinstance(initial, str):
@@ -65,6 +73,11 @@ class TuringMachine:
                 raise ValueError(f"move must be -1 or +1, got {q!r} in {key!r} -> {value!r}")
             symbols |= {a, u}
             states += [z, z2]
+        for arg, names in (("initial", {initial}), ("delta", set(states[1:])), ("accept", self.accept),
+                           ("reject", self.reject)):
+            if names & RESERVED_STATES:
+                raise ValueError(f"{arg} uses the reserved state name {PRE!r} (the transformer's pre-step); "
+                                 f"state names may be any str except {sorted(RESERVED_STATES)}")
         states += sorted(self.accept) + sorted(self.reject)
         self.states = list(dict.fromkeys(states))
         self.alphabet = [blank] + sorted(symbols - {blank})
@@ -213,6 +226,30 @@ def counter() -> TuringMachine:
     rules = {"inc": {"1": ("inc", "0", R), "0": ("back", "1", L), "_": ("back", "1", L)},
              "back": {"0": ("back", "0", L), "1": ("back", "1", L), "_": ("inc", "_", R)}}
     return TuringMachine(_table(rules), "inc", accept=[])
+
+
+def residue(k: int = 3) -> TuringMachine:
+    """Accept binary strings whose number of 1s is divisible by k; the head only moves right."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise ValueError(f"k must be an int >= 2, got {k!r}")
+    rules = {f"r{i}": {"0": (f"r{i}", "0", 1), "1": (f"r{(i + 1) % k}", "1", 1),
+                       "_": ("acc" if i == 0 else "rej", "_", 1)} for i in range(k)}
+    return TuringMachine(_table(rules), "r0", accept=["acc"], reject=["rej"])
+
+
+def step_back(tm: TuringMachine) -> TuringMachine:
+    """``tm`` with one step left before it halts: a move into a terminal state t goes left into a new state
+    ``t'``, which reads the cell written one step earlier and then enters t (moving right)."""
+    if not isinstance(tm, TuringMachine):
+        raise ValueError(f"tm must be a TuringMachine, got {type(tm).__name__}")
+    terminal = tm.accept | tm.reject
+    delta = {}
+    for (z, a), (z2, u, q) in tm.delta.items():
+        if z in terminal:
+            continue
+        delta[(z, a)] = (f"{z2}'", u, -1) if z2 in terminal else (z2, u, q)
+    delta.update({(f"{t}'", a): (t, a, 1) for t in terminal for a in tm.alphabet})
+    return TuringMachine(delta, tm.initial, tm.accept, tm.reject, tm.blank)
 
 
 CATALOG = {"parity": parity, "palindrome": palindrome, "balanced": balanced, "copy": copy, "increment": increment}

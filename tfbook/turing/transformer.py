@@ -30,9 +30,8 @@ from tfbook.layers import Attention, FeedForward
 from tfbook.layout import Layout, SlotKey
 from tfbook.model import Construction, Sizes
 from tfbook.turing.formulas import w_tm
-from tfbook.turing.machine import RunResult, TuringMachine
+from tfbook.turing.machine import PRE, RunResult, TuringMachine
 
-PRE = "<pre>"
 ATTENTIONS = ("hard", "softmax")
 BASE = ("st", "sym2", "pos1", "pos2", "pos3", "scr1", "scr2", "scr3", "scr4")
 

@@ -1,0 +1,187 @@
+"""Soundness of the chapter's margin certificates, on small instances the notebooks do not use.
+
+A certificate r_c claims that no parameter perturbation of norm <= r_c changes a prediction. Each test
+attacks that claim: at r_c no attack (projected gradient descent on all of theta, random directions,
+perturbations aligned with the gradient of F) flips an input and every perturbed F lies in the interval
+bounds; a certificate inflated past the gap to the best attack is refuted by a flip. The bounds of one
+correction and of one hard-attention layer are checked against perturbations built to reach them.
+"""
+import math
+
+import pytest
+import torch
+
+import tfbook.turing as tg
+from tfbook.layers import Attention
+from tfbook.turing import robustness as rb
+
+F64 = torch.float64
+CIRCUITS = {  # held out: the notebooks certify random_circuit(8, 4, 6, 1) and (12, 6, 12, 0)
+    "OR": tg.Circuit(2, [[("OR", (0, 1))]]),
+    "OR3": tg.Circuit(3, [[("OR", (0, 2))]]),
+    "NAND": tg.Circuit(3, [[("AND", (0, 2))], [("NOT", (0,))]]),
+    "3-2-2": tg.random_circuit(3, 2, 2, seed=10),
+    "4-3-3": tg.random_circuit(4, 3, 3, seed=10),
+}
+
+
+def _perturbed(params, delta, output):
+    """output() with theta + delta, theta restored exactly afterwards."""
+    originals = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p, d in zip(params, delta):
+            p.add_(d)
+    try:
+        return output().detach()
+    finally:
+        with torch.no_grad():
+            for p, o in zip(params, originals):
+                p.copy_(o)
+
+
+def _gradient_aligned(params, output, b: int, radius: float, sign: float) -> list[torch.Tensor]:
+    """The perturbation of norm ``radius`` along +-grad of output()[b]: first-order extreme of that F."""
+    for p in params:
+        p.requires_grad_(True)
+    try:
+        grads = torch.autograd.grad(output()[b], params, allow_unused=True)
+    finally:
+        for p in params:
+            p.requires_grad_(False)
+    grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+    norm = math.sqrt(sum(float((g**2).sum()) for g in grads))
+    return [sign * radius * g / norm for g in grads]
+
+
+def assert_sound_at(params, output, bounds, radius: float, seeds=range(3), steps: int = 60):
+    """At ``radius``: PGD flips no input, and random and gradient-aligned perturbations of that norm keep
+    every sign and stay within ``bounds(radius)`` (to 1e-12)."""
+    F = output().detach()
+    sign = torch.sign(F)
+    for seed in seeds:
+        assert rb.pgd_flip(params, lambda: sign * output(), radius, steps=steps, seed=seed) is None, seed
+    lo, hi = bounds(radius)
+    deltas = []
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(100 + seed)
+        d = [torch.randn(p.shape, generator=gen, dtype=F64) for p in params]
+        norm = math.sqrt(sum(float((t**2).sum()) for t in d))
+        deltas.append([radius * t / norm for t in d])
+    deltas += [_gradient_aligned(params, output, b, radius, s) for b in range(len(F)) for s in (1.0, -1.0)]
+    for delta in deltas:
+        got = _perturbed(params, delta, output)
+        assert bool((torch.sign(got) == sign).all())
+        assert bool(((lo - 1e-12 <= got) & (got <= hi + 1e-12)).all()), (lo, got, hi)
+
+
+def _circuit(name):
+    net = tg.build_circuit_network(CIRCUITS[name])
+    X = tg.all_inputs(CIRCUITS[name].num_inputs)
+    return net, X, [p for _, p in net.theta()], lambda: net(X)
+
+
+@pytest.mark.parametrize("name", sorted(CIRCUITS))
+def test_circuit_certificate_is_sound(name):
+    net, X, params, output = _circuit(name)
+    assert torch.equal(output(), 2 * CIRCUITS[name].evaluate(X).to(F64) - 1)
+    lo, hi = rb.output_bounds(net, X, 0.0)
+    assert torch.equal(lo, output()) and torch.equal(hi, output())  # radius 0: the run itself
+    lower = rb.certified_radius(net, X)
+    assert lower > 0
+    assert_sound_at(params, output, lambda r: rb.output_bounds(net, X, r), lower)
+
+
+@pytest.mark.parametrize("name", ["OR", "OR3"])
+def test_circuit_certificate_doubled_is_refuted(name):
+    """One gate block: the certificate is within 2x of the margin (PGD flips at 1.7-1.8 r_c), so PGD
+    flips an input at 2 r_c. With a correction the best attack found sits 2.2-3.4 r_c above it."""
+    net, X, params, output = _circuit(name)
+    lower = rb.certified_radius(net, X)
+    sign = torch.sign(output())
+    flips = (rb.pgd_flip(params, lambda: sign * output(), 2 * lower, steps=60, seed=s) for s in range(3))
+    flip = next((f for f in flips if f is not None), None)
+    assert flip is not None and rb._norm(flip) <= 2 * lower * (1 + 1e-9)
+    assert not bool((torch.sign(_perturbed(params, flip, output)) == sign).all())
+
+
+def _machine(name):
+    tm, T, L = {"parity": (tg.parity(), 2, 1), "random": (tg.random_tm(2, "01", 0), 2, 1)}[name]
+    model = tg.build_transformer(tm, T, device="cpu")
+    xs = tg.all_strings("01", L)
+    return model, xs, [p for _, p in model.theta()], lambda: model.forward_trace(xs).F
+
+
+@pytest.mark.parametrize("name", ["parity", "random"])
+def test_machine_certificate_is_sound_and_refuted_at_16x(name):
+    """The transformer's certificate is looser: the best attack found flips at about 12 r_c on these
+    (smallest) instances, 16-65 r_c on larger ones; 16 r_c is refuted, so a 20x inflation is caught."""
+    model, xs, params, output = _machine(name)
+    F = output()
+    assert torch.equal(F.abs(), torch.ones_like(F))
+    lo, hi = rb.tm_output_bounds(model, xs, 0.0)
+    assert torch.allclose(lo, F, rtol=0, atol=1e-12) and torch.allclose(hi, F, rtol=0, atol=1e-12)
+    lower = rb.tm_certified_radius(model, xs, iters=12)
+    assert lower > 0
+    assert_sound_at(params, output, lambda r: rb.tm_output_bounds(model, xs, r), lower, steps=40)
+    attacked = rb.tm_parameter_attack(model, xs, start_radius=16 * lower, seeds=(0,))
+    assert attacked <= 16 * lower
+
+
+def _correction_output(z, C1, c1, C2):
+    return torch.relu(torch.relu(z @ C1.T + c1) @ C2.T)
+
+
+@pytest.mark.parametrize("z", [[1.0], [0.5, 1.0, 1.0], [0.0, 0.2, 0.9, 1.0], [0.4, 0.6, 1.0, 0.0]])
+def test_correction_bounds_contain_the_extreme_perturbations(z):
+    """`_round_bounds` at a point z: C1', c1' within r of [I; I], [-1/3; -2/3] and C2' within r of
+    [3I, -3I] (each layer up to r, as the certificates propagate them); for every output coordinate the
+    perturbation aligned with its gradient, the first-order extreme, lies inside the bounds."""
+    z = torch.tensor([z], dtype=F64)
+    n, r = z.shape[1], 1e-3
+    eye = torch.eye(n, dtype=F64)
+    base = [torch.cat([eye, eye]), torch.cat([torch.full((n,), -1 / 3), torch.full((n,), -2 / 3)]).to(F64),
+            torch.cat([3 * eye, -3 * eye], 1)]
+    lo, hi = rb._round_bounds(z, z, r)
+    for k in range(n):
+        for sign in (1.0, -1.0):
+            params = [t.clone().requires_grad_(True) for t in base]
+            grads = torch.autograd.grad(_correction_output(z, *params)[0, k], params)
+            first = math.sqrt(float((grads[0] ** 2).sum() + (grads[1] ** 2).sum())) or 1.0
+            second = math.sqrt(float((grads[2] ** 2).sum())) or 1.0  # 1: a bit with no gradient
+            moved = [t + sign * r * g / (first if i < 2 else second)
+                     for i, (t, g) in enumerate(zip(base, grads))]
+            got = float(_correction_output(z, *moved)[0, k])
+            assert float(lo[0, k]) - 1e-15 <= got <= float(hi[0, k]) + 1e-15, (k, sign, got)
+
+
+def test_hard_attention_bounds_keep_every_key_that_can_still_win():
+    """Query (1, 0.9), keys (1, 0) -> value 0 and (0, 1) -> value 1: the first wins by 0.1. Moving the query
+    rows by r = 0.06 against each other lets the second win; the bounds at r must contain its value."""
+    W_Q = torch.tensor([[[1.0, 0, 0], [0, 1.0, 0]]], dtype=F64)
+    W_V = torch.tensor([[[0, 0, 1.0]]], dtype=F64)
+    W_O = torch.tensor([[[0.0], [0.0], [1.0]]], dtype=F64)
+    layer = Attention.stacked(W_Q, W_Q.clone(), W_V, W_O, b_Q=torch.zeros(1, 2, dtype=F64),
+                              b_K=torch.zeros(1, 2, dtype=F64), b_V=torch.zeros(1, 1, dtype=F64),
+                              normalization="hard", null_key=torch.full((1, 2), -1.0, dtype=F64),
+                              null_value=torch.zeros(1, 1, dtype=F64), cross=True)
+    h = torch.tensor([[1.0, 0.9, 0.0]], dtype=F64)
+    memory = torch.tensor([[[1.0, 0, 0], [0, 1.0, 1.0]]], dtype=F64)
+    assert float(layer(h[:, None], memory=memory)[0, 0, 2]) == 0.0
+    r = 0.06
+    x = torch.cat([h[0], torch.ones(1, dtype=F64)])  # the query row's input (h, 1)
+    step = r / math.sqrt(2) * x / float(x.norm())  # norm r in all
+    with torch.no_grad():
+        layer.W_Q[0, 0] -= step[:3]
+        layer.b_Q[0, 0] -= step[3]
+        layer.W_Q[0, 1] += step[:3]
+        layer.b_Q[0, 1] += step[3]
+    got = float(layer(h[:, None], memory=memory)[0, 0, 2])
+    assert got == 1.0  # the second key won
+    with torch.no_grad():
+        layer.W_Q.copy_(W_Q)
+        layer.b_Q.zero_()
+    flat = memory[0]
+    keys = tuple(t.permute(1, 2, 0)[None] for t in rb._affine_heads(flat, flat, layer.W_K, layer.b_K, 0.0))
+    values = tuple(t.permute(1, 2, 0)[None] for t in rb._affine_heads(flat, flat, layer.W_V, layer.b_V, 0.0))
+    lo, hi = rb._hard_attention_bounds(layer, h, h, keys, values, torch.ones(1, 2, dtype=torch.bool), r)
+    assert float(lo[0, 2]) <= got <= float(hi[0, 2])
