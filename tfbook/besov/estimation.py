@@ -94,12 +94,19 @@ class Fit:
     test_mse: float
 
 
+def _target(target: Callable, X: torch.Tensor) -> torch.Tensor:
+    """target(X) checked: one finite real value per row of X."""
+    if not callable(target):
+        raise ValueError(f"target must be a callable on (n, D) points, got {type(target).__name__}")
+    return validate.tensor("target(X)", target(X), shape=(X.shape[0],))
+
+
 def _sample(target: Callable, D: int, n: int, seed: int, noise: float, n_test: int):
     gen = torch.Generator().manual_seed(1000 * seed + n % 997)
     X = torch.rand(n, D, generator=gen, dtype=DTYPE)
-    y = target(X) + noise * torch.randn(n, generator=gen, dtype=DTYPE)
+    y = _target(target, X) + noise * torch.randn(n, generator=gen, dtype=DTYPE)
     Xt = torch.rand(n_test, D, generator=gen, dtype=DTYPE)
-    return X.numpy(), y.numpy(), Xt.numpy(), target(Xt).numpy()
+    return X.numpy(), y.numpy(), Xt.numpy(), _target(target, Xt).numpy()
 
 
 def _holdout_level(alpha, kind, X, y, clip: float, step: float, max_atoms: int) -> float:
@@ -122,8 +129,9 @@ def _holdout_level(alpha, kind, X, y, clip: float, step: float, max_atoms: int) 
 def sieve_fit(target: Callable[[torch.Tensor], torch.Tensor], alpha: Sequence[float], kind: str, n: int,
               seed: int, noise: float = 1.0, clip: Optional[float] = None, level: Optional[float] = None,
               step: float = 0.25, max_atoms: int = 10**6, n_test: int = 4000) -> Fit:
-    """Least squares from n samples y = target(x) + N(0, noise^2), x uniform on [0, 1]^D, predictions
-    clipped to [-clip, clip] when given (the paper's truncation at F). ``level`` None: K chosen on the last 20% of
+    """Least squares from n samples y = target(x) + N(0, noise^2), x uniform on [0, 1]^D (``target`` maps
+    (n, D) points to n finite values, else ValueError), predictions clipped to [-clip, clip] when given
+    (the paper's truncation at F). ``level`` None: K chosen on the last 20% of
     the samples among the grids with >= 4 samples per atom, then refitted on all n; else K = ``level``.
     Under ``TFBOOK_UNTRAINED=1`` (`tfbook.training.untrained`) nothing is fitted: the level is ``level`` (0 when
     None) and every coefficient 0, the fit's start."""

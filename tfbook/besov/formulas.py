@@ -3,6 +3,8 @@
 Each function is registered with `tfbook.claims.paper_formula`, so that a size claim computes its bound
 from the paper's statement: counts and norms of the built networks (widths, depths, attention layers,
 heads, largest weights) are compared with these values, never with a recount of the same network.
+Each checks its arguments against the paper's ranges (counts: ints >= 1, kmax >= 0; accuracies and
+constants: reals > 0) and raises ValueError naming the argument and the allowed values.
 
 * Lemma 3 (squaring, as printed): ``lemma3_weight_bound()`` = B_1 = 1.
 * Lemma 4 (product, as printed): ``lemma4_depth(R, eps)`` = L = log2(R / eps).
@@ -24,7 +26,18 @@ import math
 
 import numpy as np
 
+from tfbook import validate
 from tfbook.claims import paper_formula
+
+
+def _count(name: str, value, minimum: int = 1) -> int:
+    """A count of the paper (N, l, d, m, H, W, ...): an int >= ``minimum``."""
+    return validate.positive_int(name, value, minimum)
+
+
+def _positive(name: str, value) -> float:
+    """An accuracy or a constant of the paper (eps, R, C, c, gamma): a finite real > 0."""
+    return validate.real(name, value, low=0, low_open=True)
 
 
 @paper_formula
@@ -36,18 +49,20 @@ def lemma3_weight_bound() -> int:
 @paper_formula
 def lemma4_depth(R: float, eps: float) -> float:
     """Lemma 4's depth L = log2(R / eps) for a product on [0, R]^2 with accuracy eps, as printed."""
-    return math.log2(R / eps)
+    return math.log2(_positive("R", R) / _positive("eps", eps))
 
 
 @paper_formula
 def lemma5_width(d: int, m: int) -> int:
     """Lemma 5's width W_0 = 6 d m (m + 2) + 2 d (no term in the accuracy)."""
+    d, m = _count("d", d), _count("m", m)
     return 6 * d * m * (m + 2) + 2 * d
 
 
 @paper_formula
 def lemma5_weight_bound(m: int) -> int:
     """Lemma 5's weight bound B_0 = 2 (m + 1)^m."""
+    m = _count("m", m)
     return 2 * (m + 1) ** m
 
 
@@ -55,6 +70,7 @@ def lemma5_weight_bound(m: int) -> int:
 def lemma5_depth(d: int, m: int, eps: float, c: float = 1.0) -> int:
     """Lemma 5's depth L_0 = 3 + 2 ceil(log2(3^(d v m) / (eps c))) + 5 ceil(log2(d v m)); c = c_(d,m) is
     not specified by the paper."""
+    d, m, eps, c = _count("d", d), _count("m", m), _positive("eps", eps), _positive("c", c)
     k = max(d, m)
     return 3 + 2 * math.ceil(math.log2(3.0**k / (eps * c))) + 5 * math.ceil(math.log2(k))
 
@@ -69,7 +85,7 @@ def lemma5_depth_growth(d: int, m: int, eps_from: float, eps_to: float, c: float
 @paper_formula
 def thm1_rounds(l: int) -> int:
     """Theorem 1's T = T_0 = ceil(log2 l) attention layers (0 for l = 1)."""
-    return (int(l) - 1).bit_length()
+    return (_count("l", l) - 1).bit_length()
 
 
 @paper_formula
@@ -81,7 +97,7 @@ def thm1_heads() -> int:
 @paper_formula
 def thm1_width(N: int, l: int, d: int, m: int) -> int:
     """Theorem 1's width W = W_0 N + E with W_0 = 6 d m (m + 2) + 2 d and E = l."""
-    return lemma5_width(d, m) * N + l
+    return lemma5_width(d, m) * _count("N", N) + _count("l", l)
 
 
 @paper_formula
@@ -93,7 +109,7 @@ def thm1_width_growth(N: int, d: int, m: int, l_from: int, l_to: int) -> int:
 @paper_formula
 def thm1_embedding(l: int) -> int:
     """Theorem 1's embedding dimension E = l (one-hot positions)."""
-    return int(l)
+    return _count("l", l)
 
 
 @paper_formula
@@ -101,6 +117,8 @@ def thm1_nonzero(N: int, l: int, d: int, m: int, eps: float, C: float = 1.0, c: 
     """Theorem 1's S = C (N l + L_1) + L_2 W_0^2 N + C T_0 (N + E + L_3) + N with L_1 = C log2(4 d l / eps),
     L_2 = 3 + 2 ceil(log2(4 l 3^(d v m) / (eps c))) + 5 ceil(log2(d v m)), L_3 = C log2(6 T_0 / eps), E = l;
     C and c = c_(d,m) are not specified by the paper (the paper's log is read as log2)."""
+    N, d, m = _count("N", N), _count("d", d), _count("m", m)
+    eps, C, c = _positive("eps", eps), _positive("C", C), _positive("c", c)
     T0 = thm1_rounds(l)
     k = max(d, m)
     L1 = C * math.log2(4 * d * l / eps)
@@ -112,7 +130,9 @@ def thm1_nonzero(N: int, l: int, d: int, m: int, eps: float, C: float = 1.0, c: 
 @paper_formula
 def thm1_nonzero_slope(Ns, l: int, d: int, m: int, eps: float, C: float = 1.0, c: float = 1.0) -> float:
     """Log-log slope in N of `thm1_nonzero` over the atom counts ``Ns`` (close to 1: S is affine in N)."""
-    S = [thm1_nonzero(int(N), l, d, m, eps, C, c) for N in Ns]
+    if len(Ns) < 2:
+        raise ValueError(f"Ns must hold at least two atom counts, got {Ns!r}")
+    S = [thm1_nonzero(N, l, d, m, eps, C, c) for N in Ns]
     return float(np.polyfit(np.log(np.asarray(Ns, dtype=float)), np.log(S), 1)[0])
 
 
@@ -120,25 +140,29 @@ def thm1_nonzero_slope(Ns, l: int, d: int, m: int, eps: float, C: float = 1.0, c
 def thm1_weight_scale(gamma: float, kmax: int, m: int) -> float:
     """The largest weight Theorem 1's proof writes: gamma (attention logits), 2^kmax (the scales 2^k of
     M_(1,1)) and B_0 = 2 (m + 1)^m (Lemma 5); the paper's B <~ N^(...) is the order of 2^kmax."""
-    return max(float(gamma), 2.0 ** int(kmax), float(lemma5_weight_bound(m)))
+    return max(_positive("gamma", gamma), 2.0 ** _count("kmax", kmax, 0), float(lemma5_weight_bound(m)))
 
 
 @paper_formula
 def flat_width(N: int, D: int, m: int) -> int:
     """Width W_0(D) N of the fully connected network of Suzuki (2019) on the flattened input of dimension D."""
-    return lemma5_width(D, m) * N
+    return lemma5_width(D, m) * _count("N", N)
 
 
 @paper_formula
 def flat_width_slope(ls, N: int, d: int, m: int) -> float:
     """Log-log slope in l of `flat_width` at D = d l over the sentence lengths ``ls`` (1: linear in l)."""
-    widths = [flat_width(N, d * int(l), m) for l in ls]
+    if len(ls) < 2:
+        raise ValueError(f"ls must hold at least two sentence lengths, got {ls!r}")
+    widths = [flat_width(N, _count("d", d) * _count("l", l), m) for l in ls]
     return float(np.polyfit(np.log(np.asarray(ls, dtype=float)), np.log(widths), 1)[0])
 
 
 @paper_formula
 def lemma6_attention_lipschitz(H: int, W: int, B: float) -> float:
     """Lemma 6's Lipschitz constant H W^2 B^2 + 1 of an attention layer in the sup norm, as printed."""
+    H, W = _count("H", H), _count("W", W)
+    validate.real("B", B, low=0)
     return H * W**2 * B**2 + 1
 
 

@@ -3,8 +3,10 @@
 * ``product_net(m_q, R=1.0)``: prod(x, y) = 2R^2 [f((x+y)/2R) - f(x/2R) - f(y/2R)], f = Yarotsky's f_{m_q};
   ``net(z)`` maps (batch, 2) in [0, R]^2 to (batch,). prod - xy lies in [-R^2 4^-m_q, R^2 4^-m_q / 2];
   the lower end is attained at x = y = R(2i+1)/2^m_q; prod = 0 when x = 0 or y = 0.
-* ``bspline_net(m, d, m_q)``: prod_c N_m(u_c) on all of R^d, exactly 0 outside [0, m+1]^d, with sup error
-  at most ``bspline_net_error(m, d, m_q)`` = C(m, d) 4^-m_q.
+* ``bspline_net(m, d, m_q)``: prod_c N_m(u_c) for u in (-inf, 2^53]^d (every u the transformer forms:
+  |u| <= 2^52 + m), exactly 0 outside [0, m+1]^d, with sup error at most ``bspline_net_error(m, d, m_q)``
+  = C(m, d) 4^-m_q. Above 2^53 the floats are 2 apart, u - j rounds and the recipe's first layer is
+  no longer exact (errors of 0.1 at m = 3): ``forward`` refuses such u.
 
 Each network has ``width`` (stream width, independent of m_q), ``depth`` (feed-forward layers, affine
 in m_q) and ``num_parameters()``.
@@ -21,6 +23,8 @@ from tfbook.besov.references import order
 from tfbook.device import DTYPE
 from tfbook.layout import Layout
 from tfbook.model import Construction
+
+U_MAX = 2.0**53  # the largest u at which the spline's first layer is exact (integers are floats up to here)
 
 
 class BesovConstruction(Construction):
@@ -77,7 +81,7 @@ class ProductNet(SlotNet):
 
 
 class BSplineNet(SlotNet):
-    """Lemma 5: prod_{c<d} N_m(u_c) on R^d."""
+    """Lemma 5: prod_{c<d} N_m(u_c) for u_c <= 2^53 (`tfbook.besov.program.emit_spline`)."""
 
     def __init__(self, m: int, d: int, m_q: int):
         self.m, self.d, self.m_q = m, d, m_q
@@ -90,7 +94,7 @@ class BSplineNet(SlotNet):
         super().__init__(st.layout, [(name, layer.build(name)) for name, layer in prog], U, int(out))
 
     def forward(self, u) -> torch.Tensor:
-        u = validate.tensor("u", u, shape=(None, self.d))
+        u = validate.tensor("u", u, shape=(None, self.d), high=U_MAX)
         return self._run(u)
 
 
@@ -107,7 +111,7 @@ def product_error_range(m_q: int, R: float = 1.0) -> tuple[float, float]:
 
 
 def bspline_net(m: int, d: int, m_q: int) -> BSplineNet:
-    """Lemma 5's ReLU network for prod_c N_m(u_c), exact zeros outside [0, m+1]^d."""
+    """Lemma 5's ReLU network for prod_c N_m(u_c), u_c <= 2^53, exact zeros outside [0, m+1]^d."""
     return BSplineNet(order("m", m), order("d", d), order("m_q", m_q))
 
 

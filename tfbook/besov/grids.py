@@ -3,7 +3,8 @@
 * ``aniso_interpolant(f, alpha, K)``: the tensor-product hat (m = 1) interpolant of f on the grid with
   levels k_ic = floor(K alpha_min / alpha_ic + 1e-9) (0 where alpha = inf), as atoms (k, j, coeffs).
 * ``sparse_interpolant(f, D, K)``: the combination-technique sparse grid on [0, 1]^D as atoms, with
-  coefficients (-1)^q binom(D-1, q) f(node) on the levels |k|_1 = K - q, q = 0..D-1.
+  coefficients (-1)^q binom(D-1, q) f(node) on the levels |k|_1 = K - q, q = 0..D-1; ``sparse_count``
+  counts them. Both interpolants refuse grids estimated above `references.MEMORY_LIMIT`.
 * ``token_mask(X, regions, rankings, t)``: Definition 10's S_k with the oracle region.
 * ``quantize(X, keep, u)``: Q_{t,u}; kept tokens unchanged, the others rounded up to the grid 1/u.
 * ``weierstrass(t, a)``: W_a(t) = (1 - 2^-a) sum_{j<J} 2^-ja cos(2 pi 2^j t + theta_j), Hölder-a.
@@ -18,10 +19,11 @@ import numpy as np
 import torch
 
 from tfbook import validate
-from tfbook.besov.references import order
+from tfbook.besov.references import check_memory, order
 from tfbook.device import DTYPE
 
 CHUNK = 2**16  # nodes per call of f
+ATOM_BYTES = 256  # peak bytes per atom and coordinate while listing atoms (index tuples, k, j, nodes)
 
 
 def levels(alpha, K: int) -> np.ndarray:
@@ -54,6 +56,8 @@ def aniso_interpolant(f: Callable, alpha, K: int) -> tuple[torch.Tensor, torch.T
     """(k, j, coeffs): every j with j_ic in {-1..2^k_ic - 1}, coeffs = f at the nodes x_ic = (j_ic + 1)/2^k_ic."""
     k_lvl = levels(alpha, K)  # (l, d)
     l, d = k_lvl.shape
+    count = int(np.prod([2 ** int(kk) + 1 for kk in k_lvl.ravel()], dtype=object))
+    check_memory("K", K, count, ATOM_BYTES * count * l * d)
     ranges = [range(-1, 2 ** int(kk)) for kk in k_lvl.ravel()]
     j = torch.tensor(list(itertools.product(*ranges)), dtype=torch.int64).reshape(-1, l, d)
     k = torch.as_tensor(k_lvl).expand_as(j).clone()
@@ -64,6 +68,8 @@ def aniso_interpolant(f: Callable, alpha, K: int) -> tuple[torch.Tensor, torch.T
 def sparse_interpolant(f: Callable, D: int, K: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Combination-technique sparse grid on [0, 1]^D (l = D tokens of d = 1) as hat atoms (k, j, coeffs)."""
     D, K = order("D", D), order("K", K, 0)
+    count = sparse_count(D, K)
+    check_memory("K", K, count, ATOM_BYTES * count * D)
     ks, js, cs = [], [], []
     for q in range(min(D, K + 1)):
         weight = (-1) ** q * math.comb(D - 1, q)
@@ -78,6 +84,16 @@ def sparse_interpolant(f: Callable, D: int, K: int) -> tuple[torch.Tensor, torch
     k, j = torch.cat(ks)[:, :, None], torch.cat(js)[:, :, None]
     nodes = (j + 1).to(DTYPE) / 2.0**k
     return k, j, torch.cat(cs) * _evaluate(f, nodes)
+
+
+def sparse_count(D: int, K: int) -> int:
+    """Atoms of `sparse_interpolant`: sum_{q < min(D, K+1)} sum_{|k|_1 = K - q} prod_c (2^k_c + 1), counted
+    with the generating polynomial (sum_v (2^v + 1) z^v)^D, never by listing them."""
+    D, K = order("D", D), order("K", K, 0)
+    poly = [1] + [0] * K  # coefficients of z^0..z^K
+    for _ in range(D):
+        poly = [sum(poly[s - v] * (2**v + 1) for v in range(s + 1)) for s in range(K + 1)]
+    return sum(poly[K - q] for q in range(min(D, K + 1)))
 
 
 def token_mask(X, regions: Callable, rankings, t: int) -> torch.Tensor:

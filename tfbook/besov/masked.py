@@ -12,10 +12,10 @@ oracle that knows the region). The network TN then acts on Q(X) and computes the
   rounds), plus two gate slots computed token-wise from the stream coordinate x_{.,0}:
   ``pos`` writes c_0 = relu((x - 1/2 + h)/h) - relu((x - 1/2)/h) (0 below 1/2 - h, 1 from 1/2 on), ``feat``
   writes c_1 = relu(1 - c_0); the ``head`` adds sum_n c_n relu(A_n - c_{r(n)}), which is A_n for the atoms of
-  the region (gate 0) and 0 for the others (gate 1, A_n <= 1). For h a power of two <= 1/4 every gate value
-  is exact in float64 outside the band (1/2 - h, 1/2), where the network cannot decide the region: inputs
-  whose token 0 lies there raise ValueError. Q keeps token 0 of region 0 (validated), and rounding up keeps
-  x_{0,0} >= 1/2 in region 1, so the gate of Q(X) is the region of X.
+  the region (gate 0) and 0 for the others (gate 1, A_n <= 1). For h a power of two in [2^-53, 1/4] every
+  gate value is exact in float64 outside the band (1/2 - h, 1/2), where the network cannot decide the
+  region: inputs whose token 0 lies there raise ValueError. Q keeps token 0 of region 0 (validated), and
+  rounding up keeps x_{0,0} >= 1/2 in region 1, so the gate of Q(X) is the region of X.
 
 Error: outside the band the gate is exact, so |TN(Q X) - g_r(Q X)| <= sum_{n in r} |c_n| (2^T0 - 1)
 (1 - delta + 4^-m_q) (`masked_error_bound`, Theorem 1's per-atom bound with the exact m = 1 spline).
@@ -31,17 +31,18 @@ import torch
 
 from tfbook import validate
 from tfbook.besov.gadgets import BesovConstruction
-from tfbook.besov.grids import quantize, sparse_interpolant
+from tfbook.besov.grids import ATOM_BYTES, quantize, sparse_count, sparse_interpolant
 from tfbook.besov.program import (FFLayer, Stream, add_clip, emit_clip, emit_product, emit_spline, num_saw,
                                   spline_scratch)
 from tfbook.besov.rates import D as D_Kd
-from tfbook.besov.references import check_atoms, expansion, order
-from tfbook.besov.transformer import BesovTransformer, leak, partner, rounds, transformer_sizes
+from tfbook.besov.references import check_atoms, check_memory, expansion, order
+from tfbook.besov.transformer import BesovTransformer, build_memory, leak, partner, rounds, transformer_sizes
 from tfbook.claims import paper_formula
 from tfbook.device import DTYPE
 from tfbook.layers import Block, Transformer
 
 THETA = 0.5  # the region threshold on x_{0,0}
+MIN_BAND = 2.0**-53  # the narrowest band whose gate is exact (see `build_masked_transformer`)
 
 
 def regions(X) -> torch.Tensor:
@@ -69,14 +70,24 @@ def keep_mask(X, rankings, t: int) -> torch.Tensor:
     return R.to(X.device)[regions(X)] <= t  # indexed on X's device: no copy to the host
 
 
-def masked_atoms(f: Callable, K: int, ranking, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One region's atoms (k, j, coeffs), shapes (N, l, 1): the level-K sparse grid on the kept tokens
-    (rank <= t) tensored with the level-0 hats (k = 0, j in {-1, 0}) on the rounded tokens."""
+def masked_count(K: int, ranking, t: int) -> int:
+    """Atoms of `masked_atoms`: 2^(rounded tokens) sparse grids of level K on the kept tokens."""
     R = np.asarray(ranking)
     if R.ndim != 1 or sorted(R.tolist()) != list(range(1, len(R) + 1)):
         raise ValueError(f"ranking must be a permutation of 1..l, got {ranking!r}")
     K, t = order("K", K), order("t", t)
+    kept = int((R <= t).sum())
+    return 2 ** (len(R) - kept) * sparse_count(kept, K)  # t >= 1 keeps the token of rank 1
+
+
+def masked_atoms(f: Callable, K: int, ranking, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One region's atoms (k, j, coeffs), shapes (N, l, 1): the level-K sparse grid on the kept tokens
+    (rank <= t) tensored with the level-0 hats (k = 0, j in {-1, 0}) on the rounded tokens. ValueError when
+    `masked_count` atoms are estimated above `tfbook.besov.references.MEMORY_LIMIT`."""
+    count = masked_count(K, ranking, t)
+    R = np.asarray(ranking)
     l = len(R)
+    check_memory("K", K, count, ATOM_BYTES * count * l)
     kept = [i for i in range(l) if R[i] <= t]
     dropped = [i for i in range(l) if R[i] > t]
     ks, js, cs = [], [], []
@@ -197,15 +208,24 @@ class MaskedTransformer(BesovConstruction):
 def build_masked_transformer(fs, K: int, rankings, t: int, m_q: int, gamma: float,
                              band: float = 2.0**-20) -> MaskedTransformer:
     """TN o Q_{t, 2^K} for the target equal to fs[r] on region r (`regions`; each fs[r] a callable on all of
-    [0, 1]^l, the region's smooth piece): atoms `masked_atoms(fs[r], K, rankings[r], t)`."""
+    [0, 1]^l, the region's smooth piece): atoms `masked_atoms(fs[r], K, rankings[r], t)`.
+
+    ``band`` = h must be a power of two in [2^-53, 1/4]: the gate's pre-activations x/h + 1 - 1/(2h) and
+    x/h - 1/(2h) are then exact at every x in [0, 1] outside the band; at h = 2^-54 and x = 1, x/h + 1 -
+    1/(2h) = 2^53 + 1 rounds to 2^53, the gate reads 0 and region 1 got region 0's answer. ValueError when
+    the atoms and the network are estimated above `tfbook.besov.references.MEMORY_LIMIT` (checked before
+    any atom is listed)."""
     R, t = check_rankings(rankings, t)
     K, m_q = order("K", K), order("m_q", m_q)
     gamma = validate.real("gamma", gamma, low=0, low_open=True)
-    band = validate.real("band", band, low=0, low_open=True, high=0.25)
+    band = validate.real("band", band, low=MIN_BAND, high=0.25)
     if math.frexp(band)[0] != 0.5:
-        raise ValueError(f"band must be a power of two <= 1/4 (exact gate), got {band!r}")
+        raise ValueError(f"band must be a power of two in [2^-53, 1/4] (exact gate), got {band!r}")
     if not (isinstance(fs, (list, tuple)) and len(fs) == 2 and all(callable(f) for f in fs)):
         raise ValueError(f"fs must be two callables (one per region) on (batch, l, 1) sentences, got {fs!r}")
+    l = R.shape[1]
+    N = sum(masked_count(K, R[r].numpy(), t) for r in range(2))
+    check_memory("K", K, N, ATOM_BYTES * N * l + build_memory(N, l, 1, 1, m_q))
     atoms = [masked_atoms(fs[r], K, R[r], t) for r in range(2)]
     k = torch.cat([a[0] for a in atoms])
     j = torch.cat([a[1] for a in atoms])
@@ -234,8 +254,10 @@ def masked_sizes(N: int, l: int, m_q: int) -> dict:
 def thm5_atoms(K: int, l: int, d: int, num_regions: int) -> float:
     """The proof's atom count per region, #E(K) <= (2 + (1 - 2^-nu)^-1) 2^K D_{K*, dl} at nu = inf
     (delta = 0), summed over the regions: num_regions 3 2^K D_{K, dl}."""
-    return num_regions * 3 * 2**K * D_Kd(int(K), int(d * l))
+    K, l, d = order("K", K), order("l", l), order("d", d)
+    return order("num_regions", num_regions) * 3 * 2**K * D_Kd(K, d * l)
 
 
 __all__ = ["THETA", "MaskedTransformer", "build_masked_transformer", "check_rankings", "keep_mask", "masked_atoms",
+           "masked_count",
            "masked_error_bound", "masked_reference", "masked_sizes", "regions", "thm5_atoms"]

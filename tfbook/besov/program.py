@@ -13,8 +13,8 @@ Emitters (each returns the list of (name, FFLayer) it adds):
   slots each (width independent of m_q); the result replaces x.
 * `emit_clip`: x := min(max(x, 0), 1) with relu(x - 1) and relu(-x) (a signed slot is cleared by
   relu(a) - relu(-a): the residual form needs no fresh slots).
-* `emit_spline`: the B-spline recipe of Lemma 5 on slots u (any reals) -> the clipped product over the
-  last axis of N_m(u).
+* `emit_spline`: the B-spline recipe of Lemma 5 on slots u (reals <= 2^53) -> the clipped product over
+  the last axis of N_m(u).
 """
 from __future__ import annotations
 
@@ -106,16 +106,18 @@ Program = list  # of (name, FFLayer or a built core layer)
 
 
 def emit_product(prog: Program, D: int, x: np.ndarray, y: np.ndarray, saw: np.ndarray, R: float, m_q: int,
-                 name: str, clear_y: bool = False) -> None:
-    """x := prod_{m_q, R}(x, y) for x, y >= 0 (Lemma 4), using ``saw`` (x.shape + (3,)) as scratch.
+                 name: str, clear_y: bool = False, x_scale: float = 1.0, y_scale: float = 1.0) -> None:
+    """x := prod_{m_q, R}(x_scale x, y_scale y) for x, y >= 0 (Lemma 4), using ``saw`` (x.shape + (3,)) as
+    scratch.
 
     The units are those of the shared gadget `tfbook.gadgets.polarisation_product` (k = 1, L = m_q,
     prod = 2R^2 [f((x+y)/2R) - f(x/2R) - f(y/2R)]), replayed on the slot arrays: its output form is x
-    itself and its scratch channel c is saw[..., c]. The first layer also clears saw (the gadget
-    expects fresh scratch) and x (the product replaces it), and y when ``clear_y``. As in the gadget, the
-    last layer does not update the scratch (for m_q = 1 the only layer: 6 non-zeros fewer than writing it).
+    itself and its scratch channel c is saw[..., c]; the scales enter its first layer's reads. The first
+    layer also clears saw (the gadget expects fresh scratch) and x (the product replaces it), and y when
+    ``clear_y``. As in the gadget, the last layer does not update the scratch (for m_q = 1 the only layer:
+    6 non-zeros fewer than writing it).
     """
-    gadget = polarisation_product({"x": 1.0}, {"y": 1.0}, {"x": 1.0}, 1, m_q, R=R, tag="prod")
+    gadget = polarisation_product({"x": x_scale}, {"y": y_scale}, {"x": 1.0}, 1, m_q, R=R, tag="prod")
     slots = {"x": x, "y": y, **{("prod.y", c): saw[..., c] for c in range(3)}}
     for s, stage in enumerate(gadget.stages, start=1):
         layer = FFLayer(D)
@@ -171,8 +173,11 @@ def emit_spline(prog: Program, D: int, U: np.ndarray, slots: dict[str, np.ndarra
                 m_q: int, name: str = "spline") -> np.ndarray:
     """Lemma 5's recipe on slots U (..., d) holding u; returns the slots (...,) holding prod_c N_m(u_c).
 
-    1. s_j = (relu(u - j) - relu(u - m - 1)) / (m+1) = relu(clip(u, 0, m+1) - j)/(m+1), j = 0..m (exact);
-       ramps F = relu(u), G = relu(m + 1 - u) (exactly 0 outside [0, m+1]).
+    1. S_j = relu(u - j) - relu(u - m - 1) = relu(clip(u, 0, m+1) - j), j = 0..m, and s_j = S_j/(m+1);
+       ramps F = relu(u), G = relu(m + 1 - u) (exactly 0 outside [0, m+1]). S_j is exact for u <= 2^53:
+       u - j and the difference of the two ramps round to themselves, and the inexact 1/(m+1) enters
+       only the next layer's reads of S_j in [0, m+1] (written 1/(m+1) relu(u - j) - ..., it rounded the
+       two ramps at u ~ 2^50 and s_j left [0, 1] by 0.03, and the products' scratch with it);
     2. powers P_j = s_j^m by m - 1 products on [0, 1] (each followed by a clip);
     3. phi = sum_j w_j P_j; F := min(phi, F, G) (N_m <= both ramps, so this never adds error), clip to [0, 1];
     4. multiply the d factors with a binary tree of products on [0, 1].
@@ -184,25 +189,27 @@ def emit_spline(prog: Program, D: int, U: np.ndarray, slots: dict[str, np.ndarra
     layer = FFLayer(D)
     js = np.arange(m + 1)
     top = layer.units([(U, 1.0)], [], bias=-(m + 1.0))
-    layer.units([(U[..., None], 1.0)], [(S, 1.0 / (m + 1))] + ([(P, 1.0 / (m + 1))] if m >= 2 else []),
+    layer.units([(U[..., None], 1.0)], [(S, 1.0)] + ([(P, 1.0)] if m >= 2 else []),
                 bias=-js.astype(float), shape=S.shape)
-    # subtract relu(u - m - 1)/(m+1) from every s_j (and p_j): one shared unit, written to m+1 slots
-    layer._writes.append(_broadcast(top, S, -1.0 / (m + 1)))
+    # subtract relu(u - m - 1) from every S_j (and P_j): one shared unit, written to m+1 slots
+    layer._writes.append(_broadcast(top, S, -1.0))
     if m >= 2:
-        layer._writes.append(_broadcast(top, P, -1.0 / (m + 1)))
+        layer._writes.append(_broadcast(top, P, -1.0))
     layer.units([(U, 1.0)], [(F, 1.0)])
     layer.units([(U, -1.0)], [(G, 1.0)], bias=m + 1.0)
     prog.append((f"{name}.s", layer))
     flat_saw = saw.reshape(saw.shape[:-2] + (-1, 3))
+    inv = 1.0 / (m + 1)  # s_j = inv S_j; P_j too until the first power replaces it
     for power in range(2, m + 1):
         sw = flat_saw[..., : d * (m + 1), :].reshape(P.shape + (3,))
-        emit_product(prog, D, P, S, sw, 1.0, m_q, f"{name}.pow{power}")
+        emit_product(prog, D, P, S, sw, 1.0, m_q, f"{name}.pow{power}",
+                     x_scale=inv if power == 2 else 1.0, y_scale=inv)
         emit_clip(prog, D, P, f"{name}.pow{power}.clip")
-    w = spline_weights(m)
+    w, p_scale = spline_weights(m), (inv if m == 1 else 1.0)  # for m = 1, P = S
     layer = FFLayer(D)  # F := phi - relu(phi - F), with phi = sum_j w_j relu(P_j) (P_j >= 0) and F = relu(u)
-    layer.units([(P, 1.0)], [(F[..., None], w)], shape=P.shape)
+    layer.units([(P, p_scale)], [(F[..., None], w)], shape=P.shape)
     gap = layer.units([(F, -1.0)], [(F, -1.0)])
-    layer._reads.append(_broadcast(gap, P, w))
+    layer._reads.append(_broadcast(gap, P, p_scale * w))
     layer.clear(F, signed=False)
     prog.append((f"{name}.min1", layer))
     layer = FFLayer(D)  # F := F - relu(F - G)

@@ -6,6 +6,7 @@ The constructions never call these; tests and notebooks compare the built networ
   recursion N_m(x) = (x N_{m-1}(x) + (m+1-x) N_{m-1}(x-1)) / m.
 * ``expansion(X, k, j, coeffs, m)``: g(X) = sum_n c_n prod_{i,c} N_m(2^{k[n,i,c]} X[:,i,c] - j[n,i,c]).
 * ``check_atoms``: the shared validation of (k, j, coeffs) against the paper's index set J_m(k).
+* ``check_memory``: every builder's guard: its estimated memory against ``MEMORY_LIMIT``, before building.
 """
 from __future__ import annotations
 
@@ -16,11 +17,20 @@ from tfbook import validate
 from tfbook.device import DTYPE
 
 CHUNK = 2**22  # batch x atoms x l x d entries evaluated at once
+MEMORY_LIMIT = 8 * 2**30  # bytes a builder may plan to allocate; raise it on a larger machine
 
 
 def order(name: str, value, minimum: int = 1) -> int:
     """An order, depth or dimension: a Python/NumPy int >= ``minimum`` (floats and bools rejected)."""
     return validate.positive_int(name, value, minimum)
+
+
+def check_memory(name: str, value, atoms: int, estimate: float) -> None:
+    """ValueError naming the argument, the atom count, the estimate and the limit when a build of ``atoms``
+    atoms (set by ``name`` = ``value``) is estimated at more than ``MEMORY_LIMIT`` bytes."""
+    if estimate > MEMORY_LIMIT:
+        raise ValueError(f"{name} = {value!r} gives {atoms} atoms, estimated at {estimate / 2**30:.3g} GiB: over "
+                         f"the limit of {MEMORY_LIMIT / 2**30:.3g} GiB (tfbook.besov.references.MEMORY_LIMIT)")
 
 
 def bspline(x, m: int) -> torch.Tensor:

@@ -33,7 +33,7 @@ from tfbook.besov import formulas
 from tfbook.besov.gadgets import BesovConstruction, bspline_net_error
 from tfbook.besov.program import (FFLayer, Stream, add_clip, emit_clip, emit_product, emit_spline, num_saw,
                                   spline_depth, spline_scratch)
-from tfbook.besov.references import check_atoms, order
+from tfbook.besov.references import check_atoms, check_memory, order
 from tfbook.device import DTYPE
 from tfbook.layers import Attention, Block, Transformer, weight_from_entries
 
@@ -156,11 +156,25 @@ class BesovTransformer(BesovConstruction):
                 "B": max(1.0, c.max_abs_weight)}
 
 
+BYTES_PER_ENTRY = 128  # peak build bytes per weight entry (index lists, COO, CSR); measured 58 to 93
+
+
+def build_memory(N: int, l: int, d: int, m: int, m_q: int) -> float:
+    """Estimated peak bytes of `build_transformer`: BYTES_PER_ENTRY N (1.5 w L + 4 l d), w = `atom_width`
+    and L from `transformer_sizes` (measured per atom: 21 KB at m = d = 1, l = 2, estimate 23 KB; 102 KB at
+    l = 16, estimate 103 KB; 518 KB at m = 4, d = 3, l = 4, estimate 1.2 MB)."""
+    L = transformer_sizes(N, l, d, m, m_q)["L"]
+    return BYTES_PER_ENTRY * N * (1.5 * atom_width(m, d) * L + 4 * l * d)
+
+
 def build_transformer(k, j, coeffs, m: int, m_q: int, gamma: float) -> BesovTransformer:
-    """The transformer for g(X) = sum_n coeffs[n] prod_{i,c} N_m(2^k X - j) (atoms k, j of shape (N, l, d))."""
+    """The transformer for g(X) = sum_n coeffs[n] prod_{i,c} N_m(2^k X - j) (atoms k, j of shape (N, l, d));
+    ValueError when `build_memory` exceeds `tfbook.besov.references.MEMORY_LIMIT`."""
     m, m_q = order("m", m), order("m_q", m_q)
     gamma = validate.real("gamma", gamma, low=0, low_open=True)
     k, j, c = check_atoms(k, j, coeffs, m)
+    N, l, d = k.shape
+    check_memory("N", N, N, build_memory(N, l, d, m, m_q))
     return BesovTransformer(k, j, c.cpu(), m, m_q, gamma)
 
 
@@ -221,6 +235,8 @@ def fnn_baseline(k, j, coeffs, m: int, m_q: int):
     m, m_q = order("m", m), order("m_q", m_q)
     k, j, c = check_atoms(k, j, coeffs, m)
     N, l, d = k.shape
+    L = 2 + spline_depth(m, l * d, m_q)
+    check_memory("N", N, N, BYTES_PER_ENTRY * N * (1.5 * atom_width(m, l * d) * L + 4 * l * d))
     st = Stream()
     x = st.alloc("x", (l * d,))
     U = st.alloc("u", (N, l * d))
