@@ -101,6 +101,7 @@ class Page(html.parser.HTMLParser):
 def pages():
     files = ["book/intro", "book/run", "book/claims", "book/statements", "book/full_results"]
     files += [f for chapter in toc_chapters(ROOT) for f in chapter]
+    files += [p.relative_to(ROOT).with_suffix("").as_posix() for p in (ROOT / "book").glob("*/index.md")]
     return sorted(set(files))
 
 
@@ -165,3 +166,37 @@ def test_mathematics_renders_offline():
     assert "_static/mathjax/tex-mml-chtml.js" in page and "cdn.jsdelivr.net/npm/mathjax" not in page
     assert (HTML / "_static" / "mathjax" / "tex-mml-chtml.js").exists()
     assert any((HTML / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+
+
+SCRIPT = re.compile(r"<script([^>]*)>(.*?)</script>", re.S)
+
+
+@pytest.mark.parametrize("name", pages())
+def test_every_script_loads_once(name):
+    """MathJax started twice, or a second `const THEBE_JS_URL`, throws in the console
+    (tfbook.build.sphinx_scripts removes the copies two extensions add)."""
+    text = (HTML / f"{name}.html").read_text(encoding="utf-8")
+    seen = []
+    for attributes, body in SCRIPT.findall(text):
+        src = re.search(r'src="([^"?]+)', attributes)
+        key = src.group(1) if src else body.strip()
+        if key:
+            seen.append(key)
+    twice = sorted({k[:80] for k in seen if seen.count(k) > 1})
+    assert not twice, f"scripts loaded twice on {name}: {twice}"
+
+
+@pytest.mark.parametrize("name", pages())
+def test_chapters_and_sections_are_numbered(name):
+    """Numbered chapters (`numbered: true` in _toc.yml): every chapter page's title starts with
+    its number, "3." for a chapter, "3.2." for a section."""
+    if not name.startswith("book/") or name.count("/") < 2:
+        pytest.skip("appendix pages are not numbered")
+    title = parse(name).title
+    assert re.match(r"\d+(\.\d+)?\. ", title), f"no chapter number in the title of {name}: {title!r}"
+
+
+def test_bibliography_labels_are_plain_text():
+    """Labels decode LaTeX accents (P{\\'e}rez is Pérez) and an anonymous entry sorts by its name."""
+    page = (HTML / "book" / "intro.html").read_text(encoding="utf-8")
+    assert "Pérez" in page and "\\'" not in page

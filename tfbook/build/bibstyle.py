@@ -7,8 +7,10 @@ An entry without authors (an anonymous submission) is labelled by the first word
 """
 from __future__ import annotations
 
+import codecs
 import re
 
+import latexcodec  # noqa: F401  (registers the "ulatex" codec: P{\'e}rez -> Pérez)
 from pybtex.plugin import register_plugin
 from pybtex.style.formatting.plain import Style as PlainStyle
 from pybtex.style.labels import BaseLabelStyle
@@ -16,7 +18,7 @@ from pybtex.style.labels import BaseLabelStyle
 
 def _last(person) -> str:
     text = " ".join(person.prelast_names + person.last_names)
-    return re.sub(r"[{}]", "", text)
+    return re.sub(r"[{}]", "", codecs.decode(text, "ulatex"))
 
 
 def label(entry) -> str:

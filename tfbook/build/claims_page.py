@@ -78,16 +78,23 @@ def toc_chapters(root: pathlib.Path = ROOT) -> list[list[str]]:
 
 
 def toc_captions(root: pathlib.Path = ROOT) -> dict[str, str]:
-    """The part caption of ``_toc.yml`` (the chapter's topic, as the sidebar names it) for the first
-    notebook of each part."""
+    """The chapter's name for the first notebook of each chapter: the title of the chapter's own page
+    (a markdown page whose sections are the notebooks), else the caption of its part."""
     import yaml
 
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     out = {}
     for part in toc.get("parts", []):
-        chapters = part.get("chapters", [])
-        if part.get("caption") and chapters and "file" in chapters[0]:
-            out[chapters[0]["file"]] = part["caption"]
+        for number, chapter in enumerate(part.get("chapters", [])):
+            page = root / f"{chapter.get('file', '')}.md"
+            sections = chapter.get("sections", [])
+            if page.is_file() and sections and "file" in sections[0]:
+                title = next((line[2:].strip() for line in page.read_text().splitlines()
+                              if line.startswith("# ")), None)
+                if title:
+                    out[sections[0]["file"]] = title
+            elif number == 0 and part.get("caption") and "file" in chapter:
+                out[chapter["file"]] = part["caption"]
     return out
 
 
