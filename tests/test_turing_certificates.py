@@ -56,10 +56,17 @@ def _gradient_aligned(params, output, b: int, radius: float, sign: float) -> lis
 def assert_sound_at(params, output, bounds, radius: float, seeds=range(3), steps: int = 60):
     """At ``radius``: PGD flips no input, and random and gradient-aligned perturbations of that norm keep
     every sign and stay within ``bounds(radius)`` (to 1e-12)."""
-    F = output().detach()
-    sign = torch.sign(F)
+    sign = torch.sign(output().detach())
     for seed in seeds:
         assert rb.pgd_flip(params, lambda: sign * output(), radius, steps=steps, seed=seed) is None, seed
+    assert_within_bounds(params, output, bounds, radius, seeds, keep_sign=True)
+
+
+def assert_within_bounds(params, output, bounds, radius: float, seeds=range(3), keep_sign: bool = False):
+    """Random and gradient-aligned perturbations of norm ``radius`` give lo <= F <= hi (to 1e-12), (lo, hi) =
+    ``bounds(radius)``; with ``keep_sign`` they also keep every sign."""
+    F = output().detach()
+    sign = torch.sign(F)
     lo, hi = bounds(radius)
     deltas = []
     for seed in seeds:
@@ -70,7 +77,7 @@ def assert_sound_at(params, output, bounds, radius: float, seeds=range(3), steps
     deltas += [_gradient_aligned(params, output, b, radius, s) for b in range(len(F)) for s in (1.0, -1.0)]
     for delta in deltas:
         got = _perturbed(params, delta, output)
-        assert bool((torch.sign(got) == sign).all())
+        assert not keep_sign or bool((torch.sign(got) == sign).all())
         assert bool(((lo - 1e-12 <= got) & (got <= hi + 1e-12)).all()), (lo, got, hi)
 
 
@@ -89,6 +96,7 @@ def test_circuit_certificate_is_sound(name):
     lower = rb.certified_radius(net, X)
     assert lower > 0
     assert_sound_at(params, output, lambda r: rb.output_bounds(net, X, r), lower)
+    assert_within_bounds(params, output, lambda r: rb.output_bounds(net, X, r), 3 * lower)
 
 
 @pytest.mark.parametrize("name", ["OR", "OR3"])
@@ -123,8 +131,29 @@ def test_machine_certificate_is_sound_and_refuted_at_16x(name):
     lower = rb.tm_certified_radius(model, xs, iters=12)
     assert lower > 0
     assert_sound_at(params, output, lambda r: rb.tm_output_bounds(model, xs, r), lower, steps=40)
+    assert_within_bounds(params, output, lambda r: rb.tm_output_bounds(model, xs, r), 3 * lower)
     attacked = rb.tm_parameter_attack(model, xs, start_radius=16 * lower, seeds=(0,))
     assert attacked <= 16 * lower
+
+
+@pytest.mark.parametrize("name", ["parity", "random"])
+def test_machine_certificate_doubled_is_not_proved_by_its_sound_bounds(name):
+    """No attack found reaches 2 r_c on a machine (the best flips at about 12 r_c), so no flip can refute a
+    certificate inflated 2x. The certificate is the largest radius at which `tm_output_bounds` proves every
+    sign, and those bounds are tested for soundness above (and layer by layer below): at r_c they prove
+    every sign, one bisection step above r_c (0.1 / 2^12) they no longer do, so a certificate of 2 r_c, or
+    of 1.01 r_c, has no proof behind it."""
+    model, xs, params, output = _machine(name)
+    F = output()
+    lower = rb.tm_certified_radius(model, xs, hi=0.1, iters=12)
+
+    def proved(r):
+        lo, hi = rb.tm_output_bounds(model, xs, r)
+        return bool(torch.where(F > 0, lo > 0, hi < 0).all())
+
+    step = 0.1 / 2**12
+    assert lower > 50 * step and proved(lower)
+    assert not proved(lower + step) and not proved(2 * lower)
 
 
 def _correction_output(z, C1, c1, C2):

@@ -254,3 +254,53 @@ def paper_sizes(dx: int, dy: int, K: int, N: int, L: int, terms_r: int, terms_dr
     return Sizes(layers=num_layers(N, L), attention_layers=attention_layers(N, L), ewml_layers=ewml_layers(N, L),
                  ff_layers=mlp_layers(L), max_heads=max_heads(dy, K, N, terms_r, terms_dr), embed_dim=D,
                  ff_width=2 * (D - dx - dy - 2))
+
+
+def running_gradient_error(model, w: torch.Tensor, X: torch.Tensor, Y: torch.Tensor,
+                           eps: Optional[tuple[float, float, float]] = None) -> torch.Tensor:
+    """||grad_hat - grad L_n(w)||_2 bound at the iterate w (B, D_N), (B,): Lemmas 2-6 run entry by entry.
+
+    The lemmas' chain with every constant replaced by the entries of this prompt: with e(j) >= |p_hat(j) - p(j)|,
+    e(j) = eps_r + L_r |V_j| e(j-1) (Lemma 2), |r_hat'(j-1) - r'(j-1)| <= eps_r' + L_r' |V_j| e(j-1) (Lemma 3),
+    |g - u| <= eps_l + L_l e(N) (Lemma 4), and the products of Lemmas 5-6 and (D.7) bounded by
+    |ab - a'b'| <= |a - a'| |b| + (|a| + |a - a'|) |b - b'|, |.| entrywise. Only the tables' sup errors
+    (``eps``, default `table_errors` in closed form), the Lipschitz constants of r, r', u and the exact
+    network at w enter: nothing is measured through the core, and the bound is sound for every prompt on
+    which the tables' arguments stay in their ranges (which every run checks). Smooth activations only:
+    the ReLU ramp has no Lipschitz derivative (its runs are exact once delta is below the smallest
+    positive pre-activation).
+    """
+    if model.activation == "relu":
+        raise ValueError("running_gradient_error: the ReLU ramp has no Lipschitz derivative; "
+                         "activation 'relu' is exact for delta below the smallest positive pre-activation")
+    spec: NetSpec = model.spec
+    a = activation(model.activation)
+    if eps is None:
+        eps = table_errors(model.activation, model.loss, model.R, model.r_hat, model.dr_hat, model.u_hat,
+                           model.R_g - 1.0)
+    eps_r, eps_dr, eps_l = eps
+    L_l = 2.0 if model.loss == "squared" else 1.0
+    parts = explicit_gradient(spec, w, X, Y, model.activation, model.loss)
+    Vs = [V.abs() for V in spec.matrices(w)]  # (B, out_j, in_j)
+    e_p = [torch.zeros_like(X)]  # e(0) = 0: x is exact
+    e_dr = []
+    for j, V in enumerate(Vs, start=1):
+        e_pre = e_p[-1] @ V.transpose(-1, -2)
+        e_dr.append(eps_dr + a.lip_dr * e_pre)
+        e_p.append(eps_r + a.lip_r * e_pre)
+    e_u = eps_l + L_l * e_p[-1]
+    N = spec.N
+    e_s = [None] * N
+
+    def prod(da, a_, db, b_):  # |a_hat b_hat - a b| with |a_hat - a| <= da, |b_hat - b| <= db
+        return da * b_.abs() + (a_.abs() + da) * db
+
+    e_s[-1] = prod(e_dr[-1], parts.dr[-1], e_u, parts.u)
+    for j in range(N - 1, 0, -1):  # s(j) = r'(j-1) . (V_{j+1}^T s(j+1)), stored at s[j-1]
+        back = parts.s[j] @ spec.matrices(w)[j]
+        e_back = e_s[j] @ Vs[j]
+        e_s[j - 1] = prod(e_dr[j - 1], parts.dr[j - 1], e_back, back)
+    e_A = [(e_s[j - 1].unsqueeze(-1) * parts.p[j - 1].abs().unsqueeze(-2)
+            + (parts.s[j - 1].abs() + e_s[j - 1]).unsqueeze(-1) * e_p[j - 1].unsqueeze(-2)).flatten(-2)
+           for j in range(1, N + 1)]
+    return (torch.cat(e_A, dim=-1).sum(-2) / (2 * X.shape[-2])).norm(dim=-1)

@@ -14,6 +14,7 @@ import torch
 
 from tfbook.claims import Claims
 from tfbook.device import DTYPE
+from tfbook.icgd import bounds
 from tfbook.icgd.construct import ICGDTransformer, scratch_slots
 from tfbook.icgd.nets import autograd_gradient, explicit_gradient, projected_gd
 
@@ -182,6 +183,57 @@ def step_relative_errors(model: ICGDTransformer, ws: torch.Tensor, X, Y, eta: Op
     """
     exact = _exact_steps(model, ws, X, Y, eta)
     return (ws[:, 1:] - exact).norm(dim=-1) / (exact - ws[:, :-1]).norm(dim=-1)
+
+
+GD_RELATIVE = 0.05
+"""The relative part of the accuracy criterion of `gd_criterion`: 5% of the distance GD travels."""
+
+
+def gd_tolerance(model: ICGDTransformer, X, Y, w0, gd: Optional[torch.Tensor] = None,
+                 eps: Optional[tuple[float, float, float]] = None) -> torch.Tensor:
+    """The absolute part tol_l of the accuracy criterion, (B, L + 1): the tables' errors carried to w.
+
+    tol_0 = 0 and tol_l = (1 + eta L_f) tol_(l-1) + eta eps_(l-1), the recursion of Corollary 1.1 with
+    eps_l = `bounds.running_gradient_error` at the exact GD iterate w_GD^(l) (Lemmas 2-6 entry by entry,
+    from the tables' closed-form sup errors) and L_f = `lipschitz_estimate` of grad L_n on the GD
+    trajectory and on a copy moved by 1e-3 box (where the transformer's iterates lie). Nothing comes from
+    the transformer's run. Smooth activations only (see `running_gradient_error`).
+    """
+    gd = reference_gd(model, X, Y, w0) if gd is None else gd
+    if eps is None:
+        eps = bounds.table_errors(model.activation, model.loss, model.R, model.r_hat, model.dr_hat,
+                                  model.u_hat, model.R_g - 1.0)
+    g = torch.Generator().manual_seed(0)
+    jitter = (2 * torch.rand(gd.shape, generator=g, dtype=DTYPE) - 1).to(gd.device) * 1e-3 * model.box
+    L_f = lipschitz_estimate(model, torch.cat([gd, (gd + jitter).clamp(-model.box, model.box)], 1), X, Y)
+    tol = [torch.zeros(gd.shape[0], dtype=gd.dtype, device=gd.device)]
+    for l in range(gd.shape[1] - 1):
+        step = bounds.running_gradient_error(model, gd[:, l], X, Y, eps)
+        tol.append((1 + model.eta * L_f) * tol[-1] + model.eta * step)
+    return torch.stack(tol, dim=1)
+
+
+def gd_criterion(model: ICGDTransformer, X, Y, x_query, w0, rel: float = GD_RELATIVE,
+                 eps: Optional[tuple[float, float, float]] = None) -> dict[str, float]:
+    """The accuracy criterion for every admissible prompt: for each step l and prompt,
+
+        ||w_hat^(l) - w_GD^(l)||_2 <= rel ||w_GD^(l) - w0||_2 + tol_l     (`gd_tolerance`),
+
+    relative where GD travels, absolute (the tables' errors carried through Lemmas 2-6 and Corollary
+    1.1's recursion) where it does not: a prompt whose network is dead or already near a stationary
+    point has a GD displacement near 0, and a relative criterion alone fails there on the tables'
+    errors. Returns the worst ratio ``ratio`` = max error / (rel displacement + tol) (<= 1: the
+    criterion holds), with ``error``, ``displacement`` and ``tol`` at the worst (l, prompt).
+    """
+    gd = reference_gd(model, X, Y, w0)
+    err = (model.run(X, Y, x_query, w0) - gd).norm(dim=-1)
+    disp = (gd - w0[:, None]).norm(dim=-1)
+    tol = gd_tolerance(model, X, Y, w0, gd, eps)
+    ratio = err[:, 1:] / (rel * disp[:, 1:] + tol[:, 1:])
+    k = int(ratio.argmax())
+    b, l = divmod(k, ratio.shape[1])
+    return {"ratio": float(ratio.max()), "error": float(err[b, l + 1]),
+            "displacement": float(disp[b, l + 1]), "tol": float(tol[b, l + 1])}
 
 
 def theta_norms(model: ICGDTransformer) -> list[float]:
