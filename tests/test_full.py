@@ -110,7 +110,7 @@ def test_compare_finds_a_claim_that_holds_on_one_device_only():
     assert len(lines) == 1 and "book/a/01.ipynb: Lemma 1: s: holds on cuda:0 (G), fails on cpu" in lines[0]
     assert full.compare_reports(gpu, gpu) == []
     page = full.render_page({"g": gpu, "c": cpu})
-    assert "1 notebooks run on both with the same code; 1 disagreements" in page and "Not run on this device: `book/a/02.ipynb`" in page
+    assert "1 notebook run on both with the same code; 1 disagreement" in page and "Not run on this device: [book/a/02.ipynb](a/02.ipynb)" in page
 
 
 def test_stored_page_is_up_to_date():

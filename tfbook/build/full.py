@@ -382,6 +382,30 @@ def write_report(results: list[Result], path: pathlib.Path) -> dict:
     return report
 
 
+def _page(notebook: str) -> str:
+    """A notebook (``book/x/y.ipynb``) as a link from the results page, named by its title."""
+    path = ROOT / notebook
+    title = notebook
+    if path.is_file():
+        for cell in nbformat.read(path, as_version=4).cells:
+            heading = next((l[2:].strip() for l in cell.source.splitlines() if l.startswith("# ")), None)
+            if cell.cell_type == "markdown" and heading:
+                title = heading
+                break
+    target = notebook[len("book/"):] if notebook.startswith("book/") else notebook
+    return f"[{title.replace('|', '/')}]({target})"
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 notebook``, ``2 notebooks``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _device(name: str) -> str:
+    """The device heading, singular where one thread ran."""
+    return re.sub(r"\b1 threads\b", "1 thread", name)
+
+
 def _md_table(rows: list[tuple[str, ...]]) -> list[str]:
     head, *body = rows
     return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"] + \
@@ -454,14 +478,14 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
         out += ["No full-profile report is stored yet.", ""]
     for name, report in sorted(reports.items()):
         ran = [n for n in report["notebooks"] if n["status"] != "not run"]
-        out += [f"## {report['device'] or name}", ""]
+        out += [f"## {_device(report['device'] or name)}", ""]
         dates = sorted(n["date"][:10] for n in ran if n.get("date"))
         torches = sorted({n.get("torch", "") for n in ran} - {""})
         out += [f"{report['run']} notebooks run, {report['not_run']} not run; {report['held']} claims held, "
                 f"{report['failed']} failed" + (f"; runs from {dates[0]} to {dates[-1]}" if dates else "")
                 + (f", torch {', '.join(torches)}" if torches else "") + ".", ""]
         rows = [("notebook", "status", "commit", "wall s", "peak RSS MiB", "peak GPU MiB", "held", "failed")]
-        rows += [(f"`{n['notebook']}`", _status(n), _short(n.get("commit")), _wall(n),
+        rows += [(_page(n["notebook"]), _status(n), _short(n.get("commit")), _wall(n),
                   _num(n["peak_rss_mib"]), _num(n["peak_cuda_mib"]), str(n["held"]), str(n["failed"]))
                  for n in ran]
         out += (_md_table(rows) if ran else []) + [""]
@@ -470,9 +494,9 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
             out += [f"‡ {' or '.join(map(str, together))} notebooks at a time on this machine.", ""]
         missing = [n["notebook"] for n in report["notebooks"] if n["status"] == "not run"]
         if missing:
-            out += ["Not run on this device: " + ", ".join(f"`{m}`" for m in missing) + ".", ""]
-        problems = [f"- `{n['notebook']}`: {f}" for n in ran for f in n["failures"]]
-        problems += [f"- `{n['notebook']}` raised: `{n['error']}`" for n in ran if n["error"]]
+            out += ["Not run on this device: " + ", ".join(_page(m) for m in missing) + ".", ""]
+        problems = [f"- {_page(n['notebook'])}: {f}" for n in ran for f in n["failures"]]
+        problems += [f"- {_page(n['notebook'])} raised: `{n['error']}`" for n in ran if n["error"]]
         if problems:
             out += ["Failed claims and errors:", ""] + problems + [""]
     names = sorted(reports)
@@ -487,11 +511,11 @@ def render_page(reports: dict[str, dict], storage: Optional[list[dict]] = None,
                 lines = compare_reports(reports[a], reports[b])
                 both = _both_ran(reports[a], reports[b])
                 other = len(_both_ran(reports[a], reports[b], same_code=False)) - len(both)
-                verdict = "every claim agrees" if not lines else f"{len(lines)} disagreements"
+                verdict = "every claim agrees" if not lines else _count(len(lines), "disagreement")
                 apart = f" ({other} more run on both with different or unrecorded code)" if other else ""
-                pair = f"- {reports[a]['device']} and {reports[b]['device']}: "
+                pair = f"- {_device(reports[a]['device'])} and {_device(reports[b]['device'])}: "
                 out += ([pair + f"no notebook run on both with the same code{apart}."] if not both else
-                        [pair + f"{len(both)} notebooks run on both with the same code{apart}; {verdict}."]
+                        [pair + f"{_count(len(both), 'notebook')} run on both with the same code{apart}; {verdict}."]
                         + [f"  - {line}" for line in lines])
         out += [""]
     if reports:
@@ -588,14 +612,14 @@ def estimates_section(reports: dict[str, dict], recorded: Optional[dict[str, dic
 
     rows = [("notebook", "launches", "GFLOP", "GB moved", "host s", "peak tensors MiB", "H100 est. s",
              "GPU wall s", "wall / est.")]
-    rows += [(f"`{name}`", str(n["ops"]["launches"]), _num(n["ops"]["flops"] / 1e9, 1),
+    rows += [(_page(name), str(n["ops"]["launches"]), _num(n["ops"]["flops"] / 1e9, 1),
               _num(n["ops"]["bytes"] / 1e9, 1), _num(n["ops"]["host_s"], 1),
               _num(n["ops"]["peak_live_bytes"] / 2**20), _num(n["ops"]["h100_s"], 1),
               *measured(name, n["ops"]["h100_s"]))
              for name, n in sorted(counted.items())]
     every = sorted({n["notebook"] for report in reports.values() for n in report["notebooks"]})
     extra = {name: e for name, e in sorted((recorded or {}).items()) if name not in counted}
-    rows += [(f"`{name}`" + (" †" if e.get("method") else ""), str(e["launches"]), _num(e["gflop"], 1), _num(e["gbyte"], 1),
+    rows += [(_page(name) + (" †" if e.get("method") else ""), str(e["launches"]), _num(e["gflop"], 1), _num(e["gbyte"], 1),
               _num(e["host_seconds"], 1), _num(e.get("peak_live_mib")), _num(e["seconds"], 1),
               *measured(name, e["seconds"]))
              for name, e in extra.items()]
@@ -614,9 +638,9 @@ def estimates_section(reports: dict[str, dict], recorded: Optional[dict[str, dic
                 + ("" if "H100" in run["device"] else f", so at most {bounds[name]:.0f} s on an H100 SXM") + ")")
 
     tail = ["Every counted notebook is estimated within 5 minutes on one H100." if not over else
-            "Estimated over 5 minutes on one H100: " + ", ".join(f"`{m}`{measured_bound(m)}" for m in over) + "."]
+            "Estimated over 5 minutes on one H100: " + ", ".join(f"{_page(m)}{measured_bound(m)}" for m in over) + "."]
     if missing:
-        tail.append("Not counted yet: " + ", ".join(f"`{m}`" for m in missing) + ".")
+        tail.append("Not counted yet: " + ", ".join(_page(m) for m in missing) + ".")
     notes = [f"† `{name}`: {e['method']} ({e['counted']})." for name, e in extra.items() if e.get("method")]
     return out + _md_table(rows) + [""] + [" ".join(tail), ""] + [line for n in notes for line in (n, "")]
 
