@@ -25,7 +25,7 @@ PORTABLE := MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAP
 PORTABLE_AVX := MKL_CBWR=AVX OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 UNIT := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html and not mutation" --doctest-modules tests tfbook
 
-.PHONY: test unit nbval test-portable test-portable-avx test-sabotage test-mutation test-claims claims-audit test-html book book-stored claims-page notebooks full \
+.PHONY: pdf browser test unit nbval test-portable test-portable-avx test-sabotage test-mutation test-claims claims-audit test-html book book-stored claims-page notebooks full \
 	full-estimate bench lab screenshots constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
@@ -78,10 +78,21 @@ claims-audit: $(STAMP)
 	$(PY) -m tfbook.build.claims_audit run --jobs $(JOBS)
 	$(PY) -m tfbook.build.claims_page
 
-## make test-html: the rendered book (after `make book-stored`): no reprs, no long lines, images, titles, TOC.
+## make test-html: the rendered book (after `make book-stored`): no reprs, no long lines, images, titles, TOC; then
+## in a headless Chromium (installed here when missing) every page at 1400 and 412 px (verdicts in view, no console
+## error, dark-mode captions) and the printed book (`make pdf`: every verdict, solution and figure, no raw TeX).
 test-html: $(STAMP)
 	test -f _build/html/index.html || { echo "run make book-stored first"; exit 1; }
 	$(PY) -m pytest -q -p no:cacheprovider -m html tests/test_html.py
+	$(MAKE) browser pdf
+	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m html tests/test_browser.py tests/test_pdf.py
+
+## make browser: Debian's chromium, chromedriver and poppler-utils (pdftotext), installed when missing (as root).
+browser:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v pdftotext >/dev/null || \
+		{ test "$$(id -u)" = 0 || { echo "install chromium chromium-driver poppler-utils (Debian)"; exit 1; }; \
+		  apt-get install -y -q chromium chromium-driver poppler-utils >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver poppler-utils >/dev/null; }; }
 
 ## make book: execute every notebook ($(JOBS) at a time, tfbook.build.notebooks' executor) into a build copy, then
 ## build the HTML book in _build/html from that copy; the stored notebooks are not touched.
@@ -92,6 +103,13 @@ book: $(STAMP)
 ## make book-stored: build from the stored outputs (no execution), warnings as errors (CI).
 book-stored: $(STAMP) claims-page
 	$(QUICK) $(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+## make pdf: the whole book as one PDF (_build/pdf/tfbook.pdf, offered from the book's header), printed
+## page by page from the built HTML by a headless Chromium (make browser installs it); builds the HTML from
+## the stored outputs first when there is none.
+pdf: $(STAMP) browser
+	test -f _build/html/index.html || $(MAKE) book-stored
+	$(PY) -m tfbook.build.pdf --jobs $(JOBS)
 
 ## make claims-page: regenerate book/claims.md (every claim of the book) from the stored outputs.
 claims-page: $(STAMP)

@@ -52,11 +52,11 @@ def test_page_lists_claims_in_their_sections_with_counts(tmp_path):
     # one folded table per section, linked to the section; no section column
     assert ":::{dropdown} First `step` (Lemma 1) (1 claim)" in page
     assert "Checked in [First `step` (Lemma 1)](ch/01.ipynb#first-step-lemma-1)." in page
-    assert "| Lemma 1 | x \\| y (trivial scale 2; bound/trivial 0.500) | paper | 0.500 |" in page
+    assert "| Lemma 1 | x \\| y (trivial scale 2; bound/trivial 0.500) | ✔ yes | - | paper | 0.500 |" in page
     assert ":::{dropdown} Second step (1 claim)" in page
-    assert "| Lemma 2 | noise | construction | \\< 1e-12 |" in page
+    assert "| Lemma 2 | noise | ✔ yes | - | construction | \\< 1e-12 |" in page
     assert ":::{dropdown} Claims outside a section (1 claim)" in page
-    assert "| Lemma 3 | old | construction | 1 |" in page  # no kind stored: the default
+    assert "| Lemma 3 | old | ✔ yes | - | construction | 1 |" in page  # no kind stored: the default
     assert "3 claims (2 construction, 1 paper), 3 hold." in page
     assert "| 1 | 3 | 3 | 0 |" in page and "| 2 | 0 | 1 | 0 |" in page and "| - | - | - | - |" in page
     assert page.count("| ✔ yes | - |") == 3
@@ -87,7 +87,7 @@ def test_page_shows_the_claims_audit(tmp_path):
     audit = {"notebooks": {"book/ch/01.ipynb": entry}}
     page = claims_page.render(chapters, audit=audit)
     assert "| 1 | 1 | 0 | 0 |" in page  # Lemma 2 broken by zero and eps
-    assert "| Lemma 2 | noise | construction | \\< 1e-12 | \\<= 1e-12 | - | ✔ yes | zero, eps† |" in page
+    assert "| Lemma 2 | noise | ✔ yes | zero, eps† | construction | \\< 1e-12 | \\<= 1e-12 | - |" in page
     assert page.count("| ✔ yes | none |") == 1 and page.count("| ✔ yes | - |") == 1
     entry["code_hash"] = "another"
     page = claims_page.render(chapters, audit=audit)

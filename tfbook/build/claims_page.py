@@ -5,7 +5,8 @@ Every `tfbook.claims.Claims.show` output carries a machine-readable record (mime
 them*, places each claim in the section (markdown heading) above the cell where it was checked,
 and writes one page: counts per chapter (claims, held, failed, claims of each kind, construction claims
 broken by each sabotage of the claims audit and by none), then one table per notebook (section, paper
-reference, statement, kind, measured, bound, ratio, holds, broken by) with links to the section where
+reference, statement, holds, broken by, kind, measured, bound, ratio: the verdict first, so a narrow
+screen shows it without scrolling) with links to the section where
 the claim is executed. Records stored before claims had a kind (schema 1) show ``construction``, the
 default kind. A Claims object shown several times stores growing records: its last one counts
 (`stored_records`).
@@ -381,15 +382,16 @@ def _notebook_lines(nb: Notebook, link: str, audit: Optional[dict[str, Any]],
             lines.append(":open:")
         lines += ["", (f"Checked in {_link(_md(sec), f'{link}#{slug}')}." if slug else
                        f"Checked in {_link(nb.path.split('/')[-1] + '.ipynb', link)}."), "",
-                  "| ref | claim | kind | measured | bound | measured/bound | holds | broken by |",
-                  "|:---|:---|:---|---:|---:|---:|:---:|:---|"]
+                  "| ref | claim | holds | broken by | kind | measured | bound | measured/bound |",
+                  "|:---|:---|:---:|:---|:---|---:|---:|---:|"]
         for c, a in rows:
             mark = "✔ yes" if c["holds"] else "**✘ NO**"
             claim = c["statement"] + (f" (trivial scale {c['trivial']}; bound/trivial {c['bound_over_trivial']})"
                                       if c.get("trivial") else "")
             kind = c.get("kind", "construction")  # records of schema 1 have no kind
-            lines.append(f"| {_ref(c['ref'], labels or {})} | {_esc(claim)} | {_esc(kind)} | {_esc(c['measured'])} | "
-                         f"{_esc(c['relation'] + ' ' + c['bound'])} | {_esc(c['ratio'])} | {mark} | {_broken_by(a)} |")
+            lines.append(f"| {_ref(c['ref'], labels or {})} | {_esc(claim)} | {mark} | {_broken_by(a)} | "
+                         f"{_esc(kind)} | {_esc(c['measured'])} | {_esc(c['relation'] + ' ' + c['bound'])} | "
+                         f"{_esc(c['ratio'])} |")
         lines += ["", ":::", ""]
     return lines
 
