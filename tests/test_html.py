@@ -200,3 +200,19 @@ def test_bibliography_labels_are_plain_text():
     """Labels decode LaTeX accents (P{\\'e}rez is Pérez) and an anonymous entry sorts by its name."""
     page = (HTML / "book" / "intro.html").read_text(encoding="utf-8")
     assert "Pérez" in page and "\\'" not in page
+
+
+REF_LINK = re.compile(r'<tr><td style="white-space:nowrap"><a class="reference internal" href="([^"#]*)#([^"]+)">')
+
+
+def test_claims_refs_link_to_their_statement_blocks():
+    """tfbook.build.sphinx_claims links each claims table's ref to the chapter's statement block it
+    names: every link lands on an element with that id, and the chapters' tables carry such links."""
+    linked = 0
+    for name in pages():
+        path = HTML / f"{name}.html"
+        for target, anchor in REF_LINK.findall(path.read_text(encoding="utf-8")):
+            page = (path.parent / target).resolve() if target else path
+            assert f'id="{anchor}"' in page.read_text(encoding="utf-8"), f"{name}: ref link to a missing {anchor}"
+            linked += 1
+    assert linked > 300, f"only {linked} claims refs link to their statements"

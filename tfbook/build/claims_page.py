@@ -194,18 +194,24 @@ def collect(root: pathlib.Path = ROOT) -> list[Chapter]:
     captions = toc_captions(root)
     for files in toc_chapters(root):
         notebooks = [read_notebook(root / f"{f}.ipynb", f) for f in files]
-        labels: dict[tuple[str, str], str] = {}
-        statements = [st for f in files for st in statements_page.read_statements(root / f"{f}.ipynb")]
-        # the block that carries the number in its parenthesis, then one of the named kind, then any
-        # ("Approximation (Theorem 1)" before "One block of Theorem 1" before "Constants of Theorem 1")
-        for rank in range(3):
-            for st in statements:
-                named = " ".join(re.findall(r"\(([^)]*)\)", st.title)) if rank == 0 else st.title
-                for key in statement_key(named):
-                    if key[0] == st.kind or rank == 2:
-                        labels.setdefault(key, st.label)
+        labels = chapter_labels(files, root)
         chapters.append(Chapter(captions.get(files[0], notebooks[0].title), notebooks, labels))
     return chapters
+
+
+def chapter_labels(files: list[str], root: pathlib.Path = ROOT) -> dict[tuple[str, str], str]:
+    """(kind, number) -> the label of the chapter's statement block for it: the block that carries the
+    number in its parenthesis, then one of the named kind, then any ("Approximation (Theorem 1)" before
+    "One block of Theorem 1" before "Constants of Theorem 1")."""
+    labels: dict[tuple[str, str], str] = {}
+    statements = [st for f in files for st in statements_page.read_statements(root / f"{f}.ipynb")]
+    for rank in range(3):
+        for st in statements:
+            named = " ".join(re.findall(r"\(([^)]*)\)", st.title)) if rank == 0 else st.title
+            for key in statement_key(named):
+                if key[0] == st.kind or rank == 2:
+                    labels.setdefault(key, st.label)
+    return labels
 
 
 def _esc(text: str) -> str:
