@@ -216,3 +216,16 @@ def test_claims_refs_link_to_their_statement_blocks():
             assert f'id="{anchor}"' in page.read_text(encoding="utf-8"), f"{name}: ref link to a missing {anchor}"
             linked += 1
     assert linked > 300, f"only {linked} claims refs link to their statements"
+
+
+def test_statement_titles_have_one_form():
+    """Statement blocks read "Lemma 3 (Squaring)", never "Lemma (Squaring (Lemma 3))" or
+    "Lemma (Lemma 2.4 (...))" (tfbook.build.sphinx_statements)."""
+    nested = re.compile(r"^(Lemma|Theorem|Definition|Proposition|Corollary) \((.*\()?"
+                        r"(Lemmas?|Theorems?|Def|Definition|Prop|Proposition|Corollary|Claim|Section)\.? [A-Z]?\.?\d")
+    titles = []
+    for name in pages():
+        text = (HTML / f"{name}.html").read_text(encoding="utf-8")
+        titles += re.findall(r'<p class="admonition-title"[^>]*>(.*?)</p>', text, re.S)
+    bad = [t for t in titles if nested.match(t)]
+    assert len(titles) > 40 and not bad, f"{len(bad)} statement titles of the old form, e.g. {bad[:2]}"
