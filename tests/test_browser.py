@@ -21,6 +21,7 @@ pytestmark = pytest.mark.html
 WIDTHS = (1400, 412)
 
 VERDICT_JS = """
+document.querySelectorAll('details.tfbook-claims-fold').forEach(d => { d.open = true; });
 const view = document.documentElement.clientWidth;
 const column = document.querySelector('.bd-article-container, .bd-article, main');
 const right = Math.min(view, column ? column.getBoundingClientRect().right : view);

@@ -229,3 +229,21 @@ def test_statement_titles_have_one_form():
         titles += re.findall(r'<p class="admonition-title"[^>]*>(.*?)</p>', text, re.S)
     bad = [t for t in titles if nested.match(t)]
     assert len(titles) > 40 and not bad, f"{len(bad)} statement titles of the old form, e.g. {bad[:2]}"
+
+
+def test_long_claims_tables_fold_under_a_summary():
+    """A claims table of more than 12 rows sits in a dropdown whose summary counts its claims."""
+    from tfbook.build.sphinx_claims import FOLD_ROWS
+
+    folded = 0
+    for name in pages():
+        text = (HTML / f"{name}.html").read_text(encoding="utf-8")
+        for summary, table in re.findall(r'<details class="tfbook-claims-fold"><summary>(.*?)</summary>(.*?)</details>',
+                                         text, re.S):
+            rows = table.count('<tr><td style="white-space:nowrap">')
+            assert rows > FOLD_ROWS and f"{rows} claims, all hold" in summary, (name, summary, rows)
+            folded += 1
+        for table in re.findall(r"<table class=\"tfbook-claims\".*?</table>", re.sub(
+                r'<details class="tfbook-claims-fold">.*?</details>', "", text, flags=re.S), re.S):
+            assert table.count('<tr><td style="white-space:nowrap">') <= FOLD_ROWS, f"{name}: a long table unfolded"
+    assert folded > 10

@@ -1,9 +1,13 @@
-"""Sphinx extension: in every claims table of a notebook page, the ref cell links to its statement.
+"""Sphinx extension: claims tables of notebook pages link their refs and fold when long.
+
+In every claims table, the ref cell links to its statement.
 
 A claim's ref names the paper's statement ("Lemma B.1", "Thm 4.2"); where the chapter has a statement
 block for it (`tfbook.build.claims_page.chapter_labels`, the rule the every-claim page uses), the ref
 becomes a link to that block, on its own page or another page of the chapter. The stored outputs keep
 plain text: the link is added while the book is built, from the statement blocks as they are then.
+A table of more than `FOLD_ROWS` claims is folded under a one-line summary (its caption, how many
+claims, how many hold, the kinds), so a page reads as prose with its evidence one click away.
 """
 from __future__ import annotations
 
@@ -17,6 +21,23 @@ from tfbook.build.claims_page import ROOT, chapter_labels, statement_key, toc_ch
 from tfbook.build.statements_page import read_statements
 
 REF_CELL = re.compile(r'(<tr><td style="white-space:nowrap">)([^<]*)(</td>)')
+ROW = re.compile(r'<tr><td style="white-space:nowrap">.*?</td><td style="white-space:normal">.*?</td>'
+                 r'<td style="white-space:nowrap">([^<]*)</td>', re.S)
+CAPTION = re.compile(r"<caption[^>]*>(.*?)</caption>", re.S)
+FOLD_ROWS = 12
+
+
+def fold(table: str) -> str:
+    """A claims table of more than FOLD_ROWS rows inside a dropdown whose summary counts its claims."""
+    kinds = ROW.findall(table)
+    if len(kinds) <= FOLD_ROWS:
+        return table
+    held = table.count("&#10004; yes")
+    caption = CAPTION.search(table)
+    counts = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
+    verdict = "all hold" if held == len(kinds) else f"{held} hold, {len(kinds) - held} FAIL"
+    summary = f"{caption.group(1) + ': ' if caption else ''}{len(kinds)} claims, {verdict} ({counts})"
+    return (f'<details class="tfbook-claims-fold"><summary>{summary}</summary>{table}</details>')
 
 
 def _chapters(app) -> dict[str, tuple[dict[tuple[str, str], str], dict[str, str]]]:
@@ -51,7 +72,7 @@ def link_refs(app, doctree, docname: str) -> None:
     for node in list(doctree.findall(nodes.raw)):
         text = node.astext()
         if node.get("format") == "html" and "tfbook-claims" in text:
-            node.replace_self(nodes.raw(node.rawsource, REF_CELL.sub(link, text), format="html",
+            node.replace_self(nodes.raw(node.rawsource, fold(REF_CELL.sub(link, text)), format="html",
                                         classes=node.get("classes", [])))
 
 
