@@ -108,3 +108,47 @@ def test_paper_scope_and_hat_saturation():
     a_tilde = rates.smoothness(held_out)[2]
     assert rates.hat_alpha_tilde([0.5, 2.0]) == rates.smoothness([0.5, 2.0])[2]  # no saturation up to 2
     assert math.isclose(rates.hat_alpha_tilde(held_out), a_tilde * 2 / 3.1)
+
+
+def test_exponents_of_theorems_4_and_3():
+    r4, r3 = est.exponents([0.5, 1.5])
+    assert math.isclose(r4, 0.75 / 1.75) and math.isclose(r3, 1 / 3)  # alpha_tilde = 0.375
+    r4, r3 = est.exponents([1.0, 1.0, 1.0])
+    assert math.isclose(r4, r3)  # isotropic smoothness: the theorems agree
+
+
+def test_fine_weierstrass_is_bounded_and_base_2_is_the_dyadic_one():
+    t = torch.rand(500, generator=torch.Generator().manual_seed(3), dtype=F64)
+    np.testing.assert_allclose(est.fine_weierstrass(t, 0.7, seed=4, base=2.0), weierstrass(t, 0.7, seed=4), atol=1e-14)
+    w = est.fine_weierstrass(torch.linspace(0, 1, 20001, dtype=F64), 0.5, seed=1)
+    assert w.abs().max() <= 1 and w.abs().max() > 0.3
+    # Hölder exponent 0.5: increments over h scale like h^0.5 (ratio 2^0.5 per halving of h, within 25%)
+    x = torch.rand(4000, generator=torch.Generator().manual_seed(5), dtype=F64)
+    inc = [float((est.fine_weierstrass(x + h, 0.5) - est.fine_weierstrass(x, 0.5)).pow(2).mean().sqrt())
+           for h in (2.0**-8, 2.0**-9)]
+    assert 2**0.5 / 1.25 < inc[0] / inc[1] < 2**0.5 * 1.25
+
+
+def test_balanced_amplitudes_and_the_product_target():
+    amps = est.balanced_amplitudes([1.5, 0.5], amp=0.4)
+    assert math.isclose(amps[1], 0.4) and math.isclose(amps[0], 0.4 / (2 * math.pi))
+    f = est.product_target([1.5, 0.5], amps)
+    X = torch.rand(1000, 2, generator=torch.Generator().manual_seed(6), dtype=F64)
+    y = f(X)
+    assert y.shape == (1000,) and (y >= (1 - amps[0]) * (1 - amps[1])).all() and (y <= (1 + amps[0]) * (1 + amps[1])).all()
+    with pytest.raises(ValueError, match="one entry per coordinate"):
+        est.product_target([1.5, 0.5], [0.1])
+    with pytest.raises(ValueError, match="base must be > 1"):
+        est.fine_weierstrass(X[:, 0], 0.5, base=1.0)
+
+
+def test_the_anisotropic_grid_beats_the_isotropic_one_by_the_exponents_gap():
+    # the design of the notebook, on fewer seeds: slopes on either side of the midpoint of the two exponents
+    alpha, ns, seeds = [0.5, 1.5], [1000, 4000, 16000], [0, 1]
+    amps = est.balanced_amplitudes(alpha)
+    f, F = est.product_target(alpha, amps), math.prod(1 + a for a in amps)
+    r4, r3 = est.exponents(alpha)
+    aniso = est.fitted_slopes(ns, est.risk_table(f, alpha, "aniso", ns, seeds, 0.1, F, n_test=2000))
+    iso = est.fitted_slopes(ns, est.risk_table(f, alpha, "iso", ns, seeds, 0.1, F, n_test=2000))
+    assert aniso[0] <= -(r4 + r3) / 2 <= iso[0]
+    assert (iso[1] - aniso[1]).min() >= (r4 - r3) / 2

@@ -186,7 +186,7 @@ def test_claims_page_shows_broken_by_and_counts(audited):
     assert "| chapter | zero | eps | weights | unbroken |" in page
     assert "| 1 | 5 | 5 | 0 |" in page and "| 3 | 1 | 1 | 0 |" in page
     assert "| 2 | 1 | 1 | 1 |" in page  # zero breaks Lemmas 1 and 5
-    assert "| Lemma 1 | ff doubles a positive input (max error) | construction |" in page
+    assert "| Lemma 1 | ff doubles a positive input (max error) | ✔ yes | zero, eps, weights | construction |" in page
     assert page.count("| zero, eps, weights |") == 1 and page.count("| none |") == 3 and "| zero† |" in page
     stale = copy.deepcopy(audit)
     stale["notebooks"][NB]["code_hash"] = "0"

@@ -246,3 +246,25 @@ def test_run_keeps_per_task_errors_and_blind_controls():
                           atol=1e-4)
     with pytest.raises(ValueError, match="blind_seeds"):
         ex.run(cfg, seeds=[0], target_depths=[2], gd_positions=[3], blind_seeds=[1, 1])
+
+
+def test_a_model_without_positions_reads_the_context_as_a_set():
+    """positions=False: no position vectors; with one block the last prediction sees the earlier (x, y) pairs
+    as a set (the causal mask is all that orders them), so permuting them changes nothing; with positions
+    it does."""
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 6, 3), torch.randn(4, 6)
+    perm = torch.tensor([3, 0, 4, 1, 2, 5])  # the last pair stays last
+    for attention in ex.ATTENTIONS:
+        for positions in (False, True):
+            torch.manual_seed(1)
+            model = ex.ICLTransformer(3, 8, 1, 2, attention, 6, positions=positions)
+            assert (model.pos is None) == (not positions)
+            with torch.no_grad():
+                change = float((model(x[:, perm], y[:, perm])[:, -1] - model(x, y)[:, -1]).abs().max())
+            assert (change < 1e-5) == (not positions), (attention, positions, change)
+    with pytest.raises(ValueError, match="positions must be True or False"):
+        ex.ExperimentConfig(positions=0)
+    cfg = ex.ExperimentConfig(**SMALL)
+    with pytest.raises(ValueError, match="cfgs must share positions"):
+        ex.train_ensemble([cfg, replace(cfg, positions=False)], "relu")

@@ -3,7 +3,9 @@
 A certificate r_c claims that no parameter perturbation of norm <= r_c changes a prediction. Each test
 attacks that claim: at r_c no attack (projected gradient descent on all of theta, random directions,
 perturbations aligned with the gradient of F) flips an input and every perturbed F lies in the interval
-bounds; a certificate inflated past the gap to the best attack is refuted by a flip. The bounds of one
+bounds, also at 3 r_c; a certificate inflated past the gap to the best attack is refuted by a flip (2x for
+one-block circuits). The machines' best attack lies about 12x above their certificate, so there a 2x
+inflation is caught by the bounds instead: at 2 r_c they prove no longer every sign. The bounds of one
 correction and of one hard-attention layer are checked against perturbations built to reach them.
 """
 import math

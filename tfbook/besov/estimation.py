@@ -9,6 +9,11 @@ intervals along coordinate c. The anisotropic grid of Theorem 2 has M_c = 2^{K a
 * ``sieve_fit(...)``: n noisy samples, the level K chosen on a noisy hold-out split (never on the
   noiseless test error) or fixed, least squares on all n samples, test MSE against the noiseless target.
 * ``fitted_slopes(ns, mse)``: log-log slopes of the risk against n, pooled and per seed.
+* ``exponents(alpha)``: the risk exponents of Theorem 4 (anisotropic grid) and Theorem 3 (isotropic grid).
+* ``fine_weierstrass``, ``balanced_amplitudes``, ``product_target``: a target of exact smoothness alpha_c
+  along each coordinate whose error falls smoothly with the grid (no dyadic steps), with comparable
+  constants along every coordinate.
+* ``risk_table(...)``: test MSE of `sieve_fit` over sample sizes and seeds.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from tfbook.device import DTYPE
 from tfbook.training import untrained
 
 GRIDS = ("aniso", "iso")
+FINE_BASE = 2.0**0.25  # frequency ratio of `fine_weierstrass`: the ratio of the grids' level steps
 RIDGE = 1e-8  # keeps atoms without samples at coefficient 0
 HOLDOUT = 0.2  # fraction of the n samples that chooses the level
 MIN_SAMPLES = 4  # samples per atom of the largest dictionary tried
@@ -167,3 +173,62 @@ def fitted_slopes(ns: Sequence[int], mse) -> tuple[float, np.ndarray]:
     x = np.log(np.asarray(ns, dtype=float))
     pooled = float(np.polyfit(x, np.log(mse.mean(1)), 1)[0])
     return pooled, np.polyfit(x, np.log(mse), 1)[0]
+
+
+def exponents(alpha: Sequence[float]) -> tuple[float, float]:
+    """(2 alpha_tilde / (2 alpha_tilde + 1), 2 alpha_min / (2 alpha_min + D)): the exponents of n in the squared
+    risk of Theorem 4 (the anisotropic grid) and Theorem 3 (an isotropic grid, which resolves every coordinate
+    at the roughest one's scale), p = q = r = infinity."""
+    _, a_min, a_tilde = smoothness(alpha)
+    return 2 * a_tilde / (2 * a_tilde + 1), 2 * a_min / (2 * a_min + len(alpha))
+
+
+def fine_weierstrass(t, a: float, seed: int = 0, base: float = FINE_BASE, top: float = 2.0**21) -> torch.Tensor:
+    """(1 - base^-a) sum_j base^-ja cos(2 pi base^j t + theta_j) over base^j <= ``top``: |value| <= 1, Hölder
+    exponent a (Hardy's Weierstrass function with frequency ratio ``base`` > 1). With base 2 it is
+    `tfbook.besov.grids.weierstrass`, whose L2 error on a grid falls in dyadic steps; with base 2^(1/4) (the
+    default, the ratio of the grids' level steps) it falls smoothly. Phases theta_j from numpy's
+    default_rng(seed)."""
+    a = validate.real("a", a, low=0, low_open=True)
+    base = validate.real("base", base, low=1, low_open=True)
+    top = validate.real("top", top, low=1)
+    t = validate.tensor("t", t)
+    terms = int(math.floor(math.log(top) / math.log(base) + 1e-9)) + 1
+    theta = torch.as_tensor(np.random.default_rng(validate.positive_int("seed", seed, 0)).random(terms) * 2 * np.pi,
+                            dtype=DTYPE, device=t.device)
+    lam = base ** torch.arange(terms, dtype=DTYPE, device=t.device)
+    return (1 - base**-a) * (lam**-a * torch.cos(2 * np.pi * lam * t[..., None] + theta)).sum(-1)
+
+
+def balanced_amplitudes(alpha: Sequence[float], amp: float = 0.5) -> list[float]:
+    """amp (2 pi)^(alpha_min - alpha_c): amplitudes that give every factor cos(2 pi x_c) the same derivative of
+    its own order alpha_c (up to the factor amp (2 pi)^alpha_min), so that the anisotropic ball's radius is
+    comparable along every coordinate, as the levels of Theorem 2 assume (they balance unit constants)."""
+    _, a_min, _ = smoothness(alpha)
+    amp = validate.real("amp", amp, low=0, low_open=True)
+    return [amp * (2 * math.pi) ** (a_min - float(a)) for a in alpha]
+
+
+def product_target(alpha: Sequence[float], amps: Sequence[float], base: float = FINE_BASE) -> Callable:
+    """x -> prod_c (1 + amps_c fine_weierstrass(x_c, alpha_c, seed=c, base)): exact smoothness alpha_c along
+    coordinate c; values in prod_c [1 - amps_c, 1 + amps_c]."""
+    smoothness(alpha)
+    if len(amps) != len(alpha):
+        raise ValueError(f"amps must have one entry per coordinate ({len(alpha)}), got {len(amps)}")
+    amps = [validate.real("amps", a, low=0) for a in amps]
+    alpha = [float(a) for a in alpha]
+
+    def target(X: torch.Tensor) -> torch.Tensor:
+        out = torch.ones(X.shape[0], dtype=DTYPE, device=X.device)
+        for c, (a, amp) in enumerate(zip(alpha, amps)):
+            out = out * (1 + amp * fine_weierstrass(X[:, c], a, seed=c, base=base))
+        return out
+
+    return target
+
+
+def risk_table(target: Callable, alpha: Sequence[float], kind: str, ns: Sequence[int], seeds: Sequence[int],
+               noise: float, clip: Optional[float] = None, n_test: int = 4000) -> np.ndarray:
+    """(len(ns), len(seeds)) test MSE of `sieve_fit` with the level chosen on the hold-out."""
+    return np.array([[sieve_fit(target, alpha, kind, n, s, noise=noise, clip=clip, n_test=n_test).test_mse
+                      for s in seeds] for n in ns])

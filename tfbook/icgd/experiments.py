@@ -42,7 +42,7 @@ NAMES = {"softmax": "softmax-TF", "relu": "ReLU-TF"}
 BASELINES = ("context mean", "least squares", "linear ceiling", "GD baseline")
 # the fields every member of one ensemble shares (the model and its training); seed and targets may differ
 SHARED = ("d", "width", "blocks", "heads", "train_points", "test_points", "steps", "lr", "batch", "anneal",
-          "x_blind")
+          "x_blind", "positions")
 VAR_FLOOR = 1e-3  # tasks whose Var(y | task) is below this fraction of the median are left out of per-task scores
 
 
@@ -68,13 +68,14 @@ class ExperimentConfig:
     gd_lr: float = 5e-3
     anneal: bool = True  # the learning rate decays linearly to 0 over the steps (unspecified in the paper)
     x_blind: bool = False  # the control: the model sees every x as 0 (in training and at test)
+    positions: bool = True  # learned absolute positions (False: none, the prompt is read by the causal mask alone)
 
     def __post_init__(self) -> None:
         for name in ("d", "target_depth", "target_width", "train_points", "test_points", "width", "blocks",
                      "heads", "steps", "batch", "test_prompts", "gd_steps"):
             validate.positive_int(name, getattr(self, name))
         validate.positive_int("seed", self.seed, 0)
-        for name in ("anneal", "x_blind"):
+        for name in ("anneal", "x_blind", "positions"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.width % self.heads:
@@ -134,14 +135,16 @@ class CausalAttention(nn.Module):
 
 class ICLTransformer(nn.Module):
     """GPT-2-style pre-LN transformer reading [x_1, y_1, ..., x_k] and predicting y at every x token
-    (``x_blind``: every x is read as 0, so only the labels of the context can inform a prediction)."""
+    (``x_blind``: every x is read as 0, so only the labels of the context can inform a prediction;
+    ``positions=False``: no position vectors, so the order of the tokens reaches the model only through the
+    causal mask)."""
 
     def __init__(self, d: int, width: int, blocks: int, heads: int, attention: str, max_points: int,
-                 x_blind: bool = False):
+                 x_blind: bool = False, positions: bool = True):
         super().__init__()
         self.x_blind = x_blind
         self.read_in = nn.Linear(d + 1, width)
-        self.pos = nn.Parameter(torch.randn(2 * max_points, width) * 0.02)
+        self.pos = nn.Parameter(torch.randn(2 * max_points, width) * 0.02) if positions else None
         self.blocks = nn.ModuleList()
         for _ in range(blocks):
             self.blocks.append(nn.ModuleDict({
@@ -159,7 +162,9 @@ class ICLTransformer(nn.Module):
         xs = torch.cat([x, torch.zeros(B, n, 1, dtype=x.dtype, device=x.device)], -1)
         ys = torch.cat([torch.zeros(B, n, d, dtype=x.dtype, device=x.device), y[..., None]], -1)
         tokens = torch.stack([xs, ys], dim=2).reshape(B, 2 * n, d + 1)
-        h = self.read_in(tokens) + self.pos[: 2 * n]
+        h = self.read_in(tokens)
+        if self.pos is not None:
+            h = h + self.pos[: 2 * n]
         for blk in self.blocks:
             h = h + blk["attn"](blk["ln1"](h))
             h = h + blk["mlp"](blk["ln2"](h))
@@ -194,7 +199,8 @@ def train_ensemble(cfgs: list[ExperimentConfig], attention: str,
     models = []
     for c in cfgs:
         torch.manual_seed(c.seed)
-        model = ICLTransformer(c.d, c.width, c.blocks, c.heads, attention, c.test_points + 1, c.x_blind)
+        model = ICLTransformer(c.d, c.width, c.blocks, c.heads, attention, c.test_points + 1, c.x_blind,
+                               c.positions)
         models.append(model.to(device))
     params, _ = stack_module_state(models)  # every parameter with a leading member axis
     forward = vmap(lambda p, x, y: functional_call(models[0], p, (x, y)))
