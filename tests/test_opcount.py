@@ -63,7 +63,7 @@ def test_a_counted_run_is_recorded_in_the_notebook_metadata(tmp_path):
     assert estimate["counted"] == "2026-11-26 00:00 UTC, commit abc, cpu (test, 1 threads)"
     assert full.expected_seconds(book / "x.ipynb", gpu=True) == estimate["seconds"]
     page = full.render_page({"cpu-test": full.merge_report(None, [result], ["book/x.ipynb"])})
-    assert "## Estimated time on one H100" in page and "`book/x.ipynb` | 3 |" in page
+    assert "## Estimated time on one H100" in page and "[book/x.ipynb](x.ipynb) | 3 |" in page
 
 
 def test_every_full_profile_fits_five_minutes_on_an_h100():
@@ -115,8 +115,8 @@ def test_an_extrapolated_estimate_is_shown_marked_with_its_method():
     z = {**y, "seconds": 20.0, "launches": 9}
     del z["method"]
     page = full.render_page({"cpu-test": report}, recorded={"book/y.ipynb": y, "book/w.ipynb": z})
-    assert "`book/w.ipynb` | 9 |" in page and "† `book/w.ipynb`" not in page  # counted, its run since replaced
+    assert "[book/w.ipynb](w.ipynb) | 9 |" in page and "† `book/w.ipynb`" not in page  # counted, its run since replaced
     assert "`book/y.ipynb` † | 7 | 1.5 | 2.0 | 4.0 | 1 | 350.0 |" in page
     assert "† `book/y.ipynb`: parts counted, training extended to 150 epochs (2026-11-27, commit def)." in page
     assert "Estimated over 5 minutes on one H100: `book/y.ipynb`." in page
-    assert "Not counted yet: `book/z.ipynb`." in page and "`book/x.ipynb` | 3 |" in page
+    assert "Not counted yet: [book/z.ipynb](z.ipynb)." in page and "[book/x.ipynb](x.ipynb) | 3 |" in page
