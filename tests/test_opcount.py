@@ -116,7 +116,7 @@ def test_an_extrapolated_estimate_is_shown_marked_with_its_method():
     del z["method"]
     page = full.render_page({"cpu-test": report}, recorded={"book/y.ipynb": y, "book/w.ipynb": z})
     assert "[book/w.ipynb](w.ipynb) | 9 |" in page and "† `book/w.ipynb`" not in page  # counted, its run since replaced
-    assert "`book/y.ipynb` † | 7 | 1.5 | 2.0 | 4.0 | 1 | 350.0 |" in page
+    assert "[book/y.ipynb](y.ipynb) † | 7 | 1.5 | 2.0 | 4.0 | 1 | 350.0 |" in page
     assert "† `book/y.ipynb`: parts counted, training extended to 150 epochs (2026-11-27, commit def)." in page
-    assert "Estimated over 5 minutes on one H100: `book/y.ipynb`." in page
+    assert "Estimated over 5 minutes on one H100: [book/y.ipynb](y.ipynb)." in page
     assert "Not counted yet: [book/z.ipynb](z.ipynb)." in page and "[book/x.ipynb](x.ipynb) | 3 |" in page
