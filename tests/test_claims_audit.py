@@ -252,3 +252,36 @@ def test_tooling_left_out_of_the_library_hash_is_imported_by_no_notebook():
     for path in sorted((ca.ROOT / "book").rglob("*.ipynb")):
         code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
         assert not pattern.search(code), f"{path.name} imports tooling that the audit's library hash leaves out"
+
+
+@pytest.mark.parametrize("hinted, zero_hits, executed", [
+    (True, 0, {"zero", "weights"}),  # stored and fresh runs reach no core: eps and the baseline are the zero run
+    (True, 3, {"zero", "weights", "eps", ca.BASELINE}),  # the fresh zero run reaches the core: all executed
+    (False, 0, {"zero", "weights", "eps", ca.BASELINE}),  # no stored hint: all executed
+])
+def test_a_notebook_that_reaches_no_core_runs_zero_for_eps_and_the_baseline(tmp_path, monkeypatch, hinted,
+                                                                              zero_hits, executed):
+    path = _notebook(tmp_path)
+    if hinted:
+        runs = {s: {"status": "completed", "hits": 0} for s in ca.SABOTAGES}
+        (tmp_path / ca.AUDIT).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / ca.AUDIT).write_text(json.dumps({"notebooks": {NB: {"runs": runs}}}))
+    calls = []
+
+    def fake_run_one(p, sabotage, scratch, root, timeout, log):
+        calls.append(sabotage)
+        claims = [{"cell": "x", "ref": "Lemma 9", "statement": sabotage, "kind": "paper", "holds": True,
+                   "measured": "1", "bound": "2"}]
+        return ca.Run(NB, sabotage, "completed", 1.0, "", zero_hits if sabotage == "zero" else 0, claims)
+
+    monkeypatch.setattr(ca, "run_one", fake_run_one)
+    entry = ca.run_audit([path], tmp_path, jobs=2, log=lambda *_: None)[NB]
+    assert set(calls) == executed and len(calls) == len(executed)
+    derived = {s for s in ("eps", ca.BASELINE) if s not in executed}
+    for s in derived:
+        run = entry["baseline"] if s == ca.BASELINE else entry["runs"][s]
+        assert run["same_as"] == "zero" and run["status"] == "completed" and run["seconds"] == 0.0
+    assert all("same_as" not in entry["runs"][s] for s in ca.SABOTAGES if s in executed)
+    assert ca.no_core({s: ca.Run(NB, s, "completed", hits=0) for s in ca.NO_CORE})
+    stopped = {"zero": ca.Run(NB, "zero", "completed", hits=0), "weights": ca.Run(NB, "weights", "timeout", hits=0)}
+    assert not ca.no_core(stopped)

@@ -170,7 +170,9 @@ def test_scored_tasks_leave_out_a_constant_task():
     ts = ex.test_set(cfg, 0.0, seed=2)
     before = ts.scored.clone()  # width-4 targets: a few tasks are dead networks already
     assert bool(before[3]) and int(before.sum()) > cfg.test_prompts // 2
-    ts.fresh_y[3] = 1.5  # a task whose label never varies
+    fresh_y = ts.fresh_y.clone()
+    fresh_y[3] = 1.5  # a task whose label never varies
+    ts = replace(ts, fresh_y=fresh_y)
     assert not bool(ts.scored[3]) and int(ts.scored.sum()) == int(before.sum()) - 1
     errors = ex.task_errors(ex.context_mean(ts), ts)
     assert errors.shape == (int(before.sum()) - 1, cfg.test_points + 1) and bool(torch.isfinite(errors).all())
@@ -235,17 +237,20 @@ def test_run_keeps_per_task_errors_and_blind_controls():
                  blind_seeds=[5])
     assert out["settings"]["blind_seeds"] == [5]
     errs, curves = out["errors"][2][0.5], out["curves"][2][0.5]
-    assert len(errs["softmax-TF"]) == 2 and len(errs["softmax-TF x-blind"]) == 1
+    assert len(errs["softmax-TF"]) == 2 and "softmax-TF x-blind" not in errs  # a control in distribution only
+    assert len(out["errors"][2][0.0]["softmax-TF x-blind"]) == 1
     assert errs["GD baseline"].shape == (48, 2) and errs["context mean"].shape == (48, 9)
     # the stored errors give the stored curves, and the blind member is the blind model trained alone
     assert np.allclose(1 - errs["softmax-TF"][1].mean(0).numpy(), curves["softmax-TF"][1]["r2_task"], atol=1e-5)
     assert np.allclose(1 - errs["GD baseline"].mean(0).numpy(), curves["GD baseline"]["r2_task"], atol=1e-5)
     blind, _ = ex.train(replace(cfg, seed=5, target_depth=2, x_blind=True), "softmax")
-    ts = ex.test_set(replace(cfg, target_depth=2), 0.5, seed=cfg.seed + 2000 + 101)
-    assert torch.allclose(ex.task_errors(ex.predict(blind, ts), ts), errs["softmax-TF x-blind"][0], rtol=1e-3,
-                          atol=1e-4)
+    ts = ex.test_set(replace(cfg, target_depth=2), 0.0, seed=cfg.seed + 2000 + 100)
+    assert torch.allclose(ex.task_errors(ex.predict(blind, ts), ts), out["errors"][2][0.0]["softmax-TF x-blind"][0],
+                          rtol=1e-3, atol=1e-4)
     with pytest.raises(ValueError, match="blind_seeds"):
         ex.run(cfg, seeds=[0], target_depths=[2], gd_positions=[3], blind_seeds=[1, 1])
+    with pytest.raises(ValueError, match="blind_seeds need the in-distribution mixture"):
+        ex.run(replace(cfg, mixtures=(0.5,)), seeds=[0], target_depths=[2], gd_positions=[3], blind_seeds=[1])
 
 
 def test_a_model_without_positions_reads_the_context_as_a_set():

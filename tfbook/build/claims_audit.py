@@ -61,7 +61,10 @@ survive a cell that raises. The kernel's environment is ``TFBOOK_PROFILE=quick``
 ``OMP_NUM_THREADS=1``, ``TFBOOK_CLAIMS=record``, ``TFBOOK_CLAIMS_SINK=<scratch file>`` and the
 sabotage's variable (the other one emptied). A notebook's whole run is bounded by
 ``3 x metadata.tfbook.quick_seconds`` (300 s when the notebook has none; never under 60 s); the
-scratch files go to ``_build/claims_audit/<sabotage>/``.
+scratch files go to ``_build/claims_audit/<sabotage>/``. A notebook that never reaches the core
+(`no_core`: no core layer called under ``zero``, no tensor stored through one under ``weights``) is not
+executed under ``eps`` nor without a sabotage: both would run exactly what its ``zero`` run ran, which
+stands for them (``"same_as": "zero"`` in their entries).
 
 The stored audit, `AUDIT` (``book/claims_audit.json``, one claim per line)::
 
@@ -117,7 +120,7 @@ import pathlib
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import nbformat
@@ -138,6 +141,8 @@ HIT_COUNTER = {"zero": "TFBOOK_PERTURB_CORE", "eps": "TFBOOK_PERTURB_CORE", "wei
                UNTRAINED: "TFBOOK_UNTRAINED"}
 """The hit count (`tfbook.layers.sabotage_hits`, `tfbook.training.untrained_hits`) that tells whether each run's
 change hit anything."""
+NO_CORE = ("zero", "weights")
+"""The runs whose hit counts together tell whether a notebook reaches the core at all (`no_core`)."""
 CORE_SABOTAGES = ("zero", "eps")
 """A size, experiment or baseline claim must not move under these."""
 HELD_TO = {"paper": (*SABOTAGES, UNTRAINED), "size": (*CORE_SABOTAGES, UNTRAINED), "experiment": CORE_SABOTAGES,
@@ -239,6 +244,7 @@ class Run:
     error: str = ""
     hits: Optional[int] = None
     claims: list[dict[str, Any]] = field(default_factory=list)
+    same_as: str = ""  # not executed: the run under this sabotage, which provably ran the same code (`NO_CORE`)
 
 
 def quick_seconds(nb: nbformat.NotebookNode) -> Optional[float]:
@@ -371,10 +377,11 @@ def audit_notebook(path: pathlib.Path, runs: dict[str, Run], root: pathlib.Path 
         "library_hash": library or library_hash(root),
         "timeout_s": timeout_seconds(nb),
         "stale_outputs": any(c.get("cell") not in index for c in stored),
-        "runs": {s: {"status": r.status, "seconds": round(r.seconds, 1), "hits": r.hits, "error": r.error}
-                 for s, r in runs.items()},
+        "runs": {s: {"status": r.status, "seconds": round(r.seconds, 1), "hits": r.hits, "error": r.error,
+                     **({"same_as": r.same_as} if r.same_as else {})} for s, r in runs.items()},
         "baseline": None if baseline is None else {"status": baseline.status, "seconds": round(baseline.seconds, 1),
-                                                   "error": baseline.error},
+                                                   "error": baseline.error,
+                                                   **({"same_as": baseline.same_as} if baseline.same_as else {})},
         "untrained": None if untrained is None else {"status": untrained.status, "hits": untrained.hits,
                                                      "seconds": round(untrained.seconds, 1), "error": untrained.error},
         "claims": claims,
@@ -387,20 +394,56 @@ def notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
     return [root / f"{name}.ipynb" for chapter in claims_page.toc_chapters(root) for name in chapter]
 
 
+def no_core(runs: dict[str, Run]) -> bool:
+    """Whether a notebook's runs under `NO_CORE` prove that it never reaches the core: it called no core
+    layer under ``zero`` and stored no non-zero tensor through one under ``weights``, and both completed. The
+    sabotages act there only, so every run without training (``eps``, the baseline) executes what ``zero``
+    did."""
+    return all(s in runs and runs[s].status == "completed" and runs[s].hits == 0 for s in NO_CORE)
+
+
+def _core_free_hint(root: pathlib.Path) -> set[str]:
+    """Notebooks whose stored audit found them `no_core` (only the order of the runs depends on it)."""
+    stored = root / AUDIT
+    if not stored.exists():
+        return set()
+    entries = json.loads(stored.read_text(encoding="utf-8")).get("notebooks", {})
+    return {nb for nb, e in entries.items()
+            if all(e["runs"].get(s, {}).get("status") == "completed" and e["runs"][s].get("hits") == 0
+                   for s in NO_CORE)}
+
+
 def run_audit(paths: list[pathlib.Path], root: pathlib.Path = ROOT, jobs: int = 2,
               scratch: Optional[pathlib.Path] = None, log=print) -> dict[str, dict[str, Any]]:
     """Execute ``paths`` under every sabotage, ``jobs`` runs at a time (the longest first); return
-    their audit entries by notebook path (relative to ``root``)."""
+    their audit entries by notebook path (relative to ``root``).
+
+    A notebook the stored audit found `no_core` runs ``zero`` and ``weights`` first; when the fresh runs
+    are `no_core` too, its ``eps`` and baseline runs are not executed but are that ``zero`` run
+    (``same_as``), otherwise they are executed after the others."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     scratch = scratch or root / SCRATCH
     budgets = {p: timeout_seconds(nbformat.read(p, as_version=4)) for p in paths}
     trains = {p for p in paths if trained(nbformat.read(p, as_version=4))}
-    tasks = sorted(((p, s) for p in paths for s in (*SABOTAGES, BASELINE, *([UNTRAINED] if p in trains else []))),
-                   key=lambda t: -budgets[t[0]])
+    hint = _core_free_hint(root)
+    deferred = [p for p in paths if _relative(p, root) in hint]
+    later = ("eps", BASELINE)
+    tasks = sorted(((p, s) for p in paths for s in (*SABOTAGES, BASELINE, *([UNTRAINED] if p in trains else []))
+                    if not (p in deferred and s in later)), key=lambda t: -budgets[t[0]])
+    futures: dict[tuple[pathlib.Path, str], Any] = {}
     with ThreadPoolExecutor(jobs) as pool:
-        futures = {task: pool.submit(run_one, task[0], task[1], scratch, root, budgets[task[0]], log)
-                   for task in tasks}
+        for task in tasks:
+            futures[task] = pool.submit(run_one, task[0], task[1], scratch, root, budgets[task[0]], log)
+        for p in sorted(deferred, key=lambda p: -budgets[p]):
+            first = {s: futures[(p, s)].result() for s in NO_CORE}
+            for s in later:
+                if no_core(first):
+                    run = replace(first["zero"], sabotage=s, seconds=0.0, same_as="zero")
+                    log(f"tfbook.build.claims_audit: {_relative(p, root)} [{s}]: the zero run (no core reached)")
+                    futures[(p, s)] = pool.submit(lambda run=run: run)
+                else:
+                    futures[(p, s)] = pool.submit(run_one, p, s, scratch, root, budgets[p], log)
     library = library_hash(root)
     return {_relative(p, root): audit_notebook(p, {s: futures[(p, s)].result() for s in SABOTAGES}, root, library,
                                                futures[(p, BASELINE)].result(),

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -239,9 +240,10 @@ def train(cfg: ExperimentConfig, attention: str,
     return models[0], {**log, "losses": log["losses"][0]}
 
 
-@dataclass
+@dataclass(frozen=True)
 class TestSet:
-    """Test prompts of one mixture, with fresh draws of every task (its variance and its best line)."""
+    """Test prompts of one mixture, with fresh draws of every task (its variance and its best line); its
+    tensors are read, never written (the task variances are computed once)."""
 
     omega2: float
     x: torch.Tensor  # (P, n, d)
@@ -249,12 +251,12 @@ class TestSet:
     fresh_x: torch.Tensor  # (P, 256, d) more inputs of the same tasks
     fresh_y: torch.Tensor  # (P, 256)
 
-    @property
+    @cached_property
     def within_var(self) -> torch.Tensor:
-        """Var(y | task) from the fresh draws, (P,)."""
+        """Var(y | task) from the fresh draws, (P,) (computed once: every score divides by it)."""
         return self.fresh_y.var(dim=-1)
 
-    @property
+    @cached_property
     def scored(self) -> torch.Tensor:
         """(P,) the tasks of the per-task scores: Var(y | task) at least `VAR_FLOOR` times the median."""
         var = self.within_var
@@ -486,12 +488,13 @@ def run(cfg: ExperimentConfig, seeds: list[int], target_depths: list[int], gd_po
     and one curve per attention type and seed, on test prompts shared by all seeds.
 
     ``blind_seeds``: seeds of x-blind controls (``x_blind=True``, otherwise the same training), one per
-    attention type and target depth, named ``NAME x-blind``. Returns ``{"settings": {...}, "seconds":
-    {attention: s}, "curves": {depth: {omega2: {baseline: curves, "softmax-TF": [curves per seed], ...}}},
-    "errors": {depth: {omega2: {name: errors}}}}`` where curves are ``{"r2": [n], "r2_within": [n],
-    "r2_task": [n]}`` (the GD baseline's also name their ``positions``) and errors the `task_errors`
-    (P', n) on the CPU (a list per seed for the models; the GD baseline's hold its positions only). The
-    test prompts of target depth D and the i-th mixture come from seed ``cfg.seed + 1000 D + 100 + i``.
+    attention type and target depth, named ``NAME x-blind`` and scored in distribution only (omega2 = 0).
+    Returns ``{"settings": {...}, "seconds": {attention: s}, "curves": {depth: {omega2: {baseline: curves,
+    "softmax-TF": [curves per seed], ...}}}, "errors": {depth: {omega2: {name: errors}}}}`` where curves are
+    ``{"r2": [n], "r2_within": [n], "r2_task": [n]}`` (the GD baseline's also name their ``positions``) and
+    errors the `task_errors` (P', n) on the CPU (a list per seed for the models; the GD baseline's hold its
+    positions only). The test prompts of target depth D and the i-th mixture come from seed ``cfg.seed + 1000 D
+    + 100 + i``.
     """
     seeds = [validate.positive_int("seeds entry", s, 0) for s in seeds]
     blind = [validate.positive_int("blind_seeds entry", s, 0) for s in blind_seeds]
@@ -500,6 +503,8 @@ def run(cfg: ExperimentConfig, seeds: list[int], target_depths: list[int], gd_po
         raise ValueError(f"seeds must be a non-empty list of distinct ints >= 0, got {seeds!r}")
     if len(set(blind)) < len(blind):
         raise ValueError(f"blind_seeds must be distinct ints >= 0, got {blind_seeds!r}")
+    if blind and 0.0 not in cfg.mixtures:
+        raise ValueError(f"blind_seeds need the in-distribution mixture 0.0 in cfg.mixtures, got {cfg.mixtures!r}")
     if not depths or len(set(depths)) < len(depths):
         raise ValueError("target_depths must be a non-empty list of distinct ints >= 1, "
                          f"got {target_depths!r}")
@@ -528,6 +533,8 @@ def run(cfg: ExperimentConfig, seeds: list[int], target_depths: list[int], gd_po
             name = NAMES[attention] + (" x-blind" if is_blind else "")
             for (t, _), model in zip(members, models):
                 for w, ts in zip(cfg.mixtures, tests[t]):
+                    if is_blind and w != 0.0:
+                        continue  # a control in distribution only, where it is compared
                     pred = predict(model, ts)
                     curves[t][w].setdefault(name, []).append(_curves(pred, ts))
                     errors[t][w].setdefault(name, []).append(task_errors(pred, ts))
