@@ -27,6 +27,12 @@ BOOK_SRC := _build/book_src
 PORTABLE := MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAPABILITY=default
 PORTABLE_AVX := MKL_CBWR=AVX OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 UNIT := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html and not mutation" --doctest-modules tests tfbook
+# The tests of the book's machinery compute nothing another CPU's kernels could change (the executor, nbval's
+# runner, the audit and its pages, the bench, the page checks, the widgets' controls responding): the portable runs
+# leave them out.
+MACHINERY_TESTS := bench bench_storage binder claims_audit claims_audit_rules claims_page executor exercises full \
+	layering notebooks run_nbval run_sabotage_check widgets
+PORTABLE_UNIT := $(UNIT) $(foreach t,$(MACHINERY_TESTS),--ignore=tests/test_$(t).py)
 
 .PHONY: pdf browser test unit nbval test-portable test-portable-avx test-sabotage test-mutation test-claims claims-audit test-html book book-stored claims-page notebooks full \
 	full-estimate bench lab screenshots constraints clean
@@ -46,13 +52,13 @@ unit: $(STAMP)
 nbval: $(STAMP)
 	$(QUICK) OMP_NUM_THREADS=1 $(NBVAL) $(NOTEBOOKS)
 
-## make test-portable: the unit suite and nbval again under MKL's compatible mode with one thread and generic ATen
-## kernels, then the unit suite under MKL's AVX code path (nbval there too: make test-portable-avx; CI's budget
-## leaves it out).
+## make test-portable: the unit suite (less the machinery's tests) and nbval again under MKL's compatible mode with one
+## thread and generic ATen kernels, then the unit suite under MKL's AVX code path (nbval there too: make
+## test-portable-avx; CI's budget leaves it out).
 test-portable: $(STAMP)
-	$(QUICK) $(PORTABLE) $(UNIT)
+	$(QUICK) $(PORTABLE) $(PORTABLE_UNIT)
 	$(QUICK) $(PORTABLE) $(NBVAL) --nbval-cell-timeout=$(PORTABLE_CELL_TIMEOUT) $(NOTEBOOKS)
-	$(QUICK) $(PORTABLE_AVX) $(UNIT)
+	$(QUICK) $(PORTABLE_AVX) $(PORTABLE_UNIT)
 
 test-portable-avx: $(STAMP)
 	$(QUICK) $(PORTABLE_AVX) $(NBVAL) $(NOTEBOOKS)
