@@ -247,3 +247,17 @@ def test_long_claims_tables_fold_under_a_summary():
                 r'<details class="tfbook-claims-fold">.*?</details>', "", text, flags=re.S), re.S):
             assert table.count('<tr><td style="white-space:nowrap">') <= FOLD_ROWS, f"{name}: a long table unfolded"
     assert folded > 10
+
+
+@pytest.mark.html
+def test_links_to_a_page_read_its_section_number():
+    """A prose link to another page of a chapter reads "Section 4.5" (``{numref}``), not the page's whole title:
+    every internal link to a notebook page's top label is rendered as its section number."""
+    labels = re.compile(r'<a class="reference internal" href="[^"#]*#(besov|colsym|icgd|seq2seq|turing)-[a-z0-9]+">'
+                        r'<span class="std std-([a-z]+)">([^<]*)</span>')
+    seen = 0
+    for page in sorted((HTML / "book").glob("*/*.html")):
+        for kind, role, text in ((m.group(1), m.group(2), m.group(3)) for m in labels.finditer(page.read_text())):
+            seen += 1
+            assert role == "numref" and re.fullmatch(r"Section \d+\.\d+", text), (page.name, kind, role, text)
+    assert seen >= 60, seen
