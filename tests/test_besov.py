@@ -166,6 +166,7 @@ def test_transformer_matches_expansion_within_bound(N, l, d, m, m_q, gamma):
     assert_close_scaled(model.transformer(H)[:, 0, model.out_index], model(X),
                         scale=float(c.abs().sum()) * model.sizes()["B"])
     assert H.shape == (X.shape[0], l, model.width)
+    # embed copies X and the identity: exact
     assert torch.equal(H[..., :d], X) and torch.equal(H[..., d:d + l], torch.eye(l, dtype=DTYPE).expand(len(X), -1, -1))
     assert float(H[..., d + l:].abs().max()) == 0.0
     sizes = model.sizes()
@@ -247,10 +248,10 @@ def test_attention_rounds_positional_with_exact_delta(l, gamma):
         for i in range(l):
             if bv.partner(i, t, l) is not None:
                 want[i, bv.partner(i, t, l)] = gamma
-        assert torch.equal(scores, want)
+        assert torch.equal(scores, want)  # one-hot queries, keys 0 or gamma: every product exact
     perm = torch.randperm(l)
     for A, B in zip(mats, model.attention_matrices(X[:, perm])):
-        assert torch.equal(A, B)
+        assert torch.equal(A, B)  # the scores are exactly X-free (above): the same softmax
 
 
 def test_size_formulas_structure():
@@ -439,7 +440,7 @@ def test_token_mask_and_quantize():
         assert torch.equal(keep[b], want)
     Q = bv.quantize(X, keep, 8)
     assert torch.equal(Q[keep], X[keep])
-    assert torch.equal(Q[~keep], torch.ceil(8 * X[~keep]) / 8)
+    assert torch.equal(Q[~keep], torch.ceil(8 * X[~keep]) / 8)  # power-of-2 scaling and ceil: exact
     Q1 = bv.quantize(X, torch.tensor([True, False, True, False]), 4)
     assert torch.equal(Q1[:, 0], X[:, 0]) and torch.equal(Q1[:, 1], torch.ceil(4 * X[:, 1]) / 4)
 

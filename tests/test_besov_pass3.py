@@ -118,7 +118,7 @@ def test_to_device_moves_every_layer_and_keeps_the_values():
     X = bv.support_samples(k, j, 1, 5, seed=0)
     before = model(X)
     assert model.to_device(torch.device("cpu")) is model
-    assert torch.equal(model(X), before)
+    assert torch.equal(model(X), before)  # the same code path twice (to the same device)
     if torch.cuda.is_available():
         dev = torch.device("cuda")
         model.to_device(dev)

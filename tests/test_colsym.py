@@ -33,7 +33,7 @@ def test_partition_formula_equals_bruteforce_and_zero_beyond_n():
     for T in [((1, 0),), ((0, 1), (1, 0)), ((1, 0), (1, 0), (0, 2)), ((1, 1), (1, 0), (0, 1), (1, 0))]:
         assert torch.allclose(cs.msp_bruteforce(T, X), cs.msp_partition(T, X), rtol=1e-12, atol=1e-12)
     five = tuple([(1, 0)] * 5)
-    assert torch.equal(cs.msp(five, X), torch.zeros(4, dtype=F64))
+    assert torch.equal(cs.msp(five, X), torch.zeros(4, dtype=F64))  # rank 5 > n = 4: an empty sum, exactly 0
     assert torch.allclose(cs.msp_partition(five, X), torch.zeros(4, dtype=F64), atol=1e-10)
 
 
@@ -79,7 +79,7 @@ def test_square_fnn_error_exact_width_depth(N, L):
     assert err.min() >= 0 and float(err.max()) == cs.squaring_error(N, L)
     grid = 2 ** (L * cs.choose_k(N))
     xg = torch.arange(grid + 1, dtype=F64)[:, None] / grid
-    assert torch.equal(net(xg)[:, 0], xg[:, 0] ** 2)
+    assert torch.equal(net(xg)[:, 0], xg[:, 0] ** 2)  # dyadic grid, dyadic weights: every value exact
     assert net.width == 2 ** cs.choose_k(N) + 1 <= 3 * N and net.depth == L
 
 
@@ -90,7 +90,7 @@ def test_product_error_range_attained(N, L):
     g = 2 ** (L * cs.choose_k(N))
     j = torch.arange(g, dtype=F64)
     top = net(torch.stack([j / g, (j + 1) / g], 1))[:, 0] - j * (j + 1) / g**2
-    assert torch.equal(top, torch.full_like(top, 2 * delta))
+    assert torch.equal(top, torch.full_like(top, 2 * delta))  # dyadic grid: exact
     low = net(torch.tensor([[1 / (2 * g), 3 / (2 * g)]], dtype=F64))[0, 0] - 3 / (4 * g * g)
     assert float(low) == -delta
     X = torch.rand(20000, 2, dtype=F64)
@@ -103,7 +103,7 @@ def test_lemma2_conversion_equal_on_nonnegative_fails_on_negative():
     net = cs.build_product_fnn(3, 2)
     tf = cs.fnn_to_transformer(net)
     X = torch.randint(0, 2**12 + 1, (500, 2), dtype=F64) / 2**12
-    assert torch.equal(cs.run_converted(tf, X), net(X)[:, 0])
+    assert torch.equal(cs.run_converted(tf, X), net(X)[:, 0])  # 12-bit dyadic X, dyadic weights: both exact
     neg = torch.tensor([[-0.5, 0.5]], dtype=F64)
     assert abs(float(cs.run_converted(tf, neg) - net(neg)[:, 0])) > 0.1
     sizes = tf.counted_sizes()
@@ -297,6 +297,7 @@ def test_gradient_ascent_returns_best_point_visited():
     model = cs.build_transformer(coeffs, 1, 5, 3, 3)
     X0 = torch.rand(4, 1, 5, dtype=F64)
     X, e = verify.gradient_ascent(model, coeffs, X0, steps=8)
+    # e: the same chunked call, the same rows
     assert torch.equal(e, verify.errors(model, coeffs, X)) and bool((e >= verify.errors(model, coeffs, X0)).all())
 
 
@@ -321,7 +322,7 @@ def test_recursive_bound_per_T_and_exact_zero_beyond_n():
     rows = checks.prop3(cl.Claims("test"), model, [X])
     assert {r for r, *_ in rows} == {1, 2, 3}
     for T in model.keys[3]:
-        assert torch.equal(model.read_msp(X, T), torch.zeros(64, dtype=F64))
+        assert torch.equal(model.read_msp(X, T), torch.zeros(64, dtype=F64))  # clipped to [0, 0]: exactly 0
 
 
 def test_section8_constant_below_8s_over_2():
@@ -338,6 +339,7 @@ def test_attention_is_exactly_uniform_and_unique_and_invariance():
     trace = model.trace(model.embed(X))
     (name,) = trace.attention
     assert name == model.layer_names[model.attention_block] == "sum." + str(model.attention_block)
+    # W_Q = W_K = 0: softmax of equal scores
     assert torch.equal(trace.attention[name], torch.full_like(trace.attention[name], 1 / 8))
     assert sum(layer.kind == "attn" for layer in model.layers) == 1 and model.attention().num_heads == 1
     perm = torch.randperm(8)
@@ -350,7 +352,7 @@ def test_trace_agrees_with_return_all_and_stream_upto():
     states = model.stream(X, return_all=True)
     trace = model.trace(model.embed(X))
     assert len(states) == len(trace.states) == model.depth + 1
-    assert all(torch.equal(a, b) for a, b in zip(states, trace.states))
+    assert all(torch.equal(a, b) for a, b in zip(states, trace.states))  # the same layer-by-layer calls
     assert torch.equal(model.stream(X, upto=5), states[5]) and torch.equal(trace.state(model.layer_names[4]), states[5])
 
 
@@ -398,7 +400,7 @@ def test_coefficients_of_any_real_type_and_lemma6_feeds_the_construction():
     assert bound <= 1e-3 * float(cs.evaluate(coeffs, torch.ones(1, d, n, dtype=F64)).abs().max())
     assert float((model(X) - cs.evaluate(coeffs, X)).abs().max()) <= bound
     same = cs.build_transformer({T: np.float32(float(c)) if T else np.int64(2) for T, c in coeffs.items()}, d, n, 4, 8)
-    assert torch.equal(same(X), model(X))
+    assert torch.equal(same(X), model(X))  # 1/2, 3, 2 exact in float32: the same weights, the same path
 
 
 def test_paper_clip_rejects_rank_beyond_n_terms():
@@ -447,7 +449,7 @@ def test_degree_one_is_exact_and_constant():
     coeffs = {(): 2.5, ((1, 0),): 1.0, ((0, 1),): 3.0}
     model = cs.build_transformer(coeffs, 2, 4, 1, 1)
     X = torch.randint(0, 16, (8, 2, 4), dtype=F64) / 16
-    assert torch.equal(model(X), cs.evaluate(coeffs, X))
+    assert torch.equal(model(X), cs.evaluate(coeffs, X))  # X on 1/16, coefficients 2.5, 1, 3: exact
     assert model.depth == 1
 
 

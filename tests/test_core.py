@@ -26,7 +26,7 @@ def test_relu_attention_divides_by_number_of_tokens():
     one = torch.ones(1, 1, dtype=F64)
     att = Attention([HeadWeights(one, one, one, one)], "relu")
     A = att.attention_matrices(H)[0][0]
-    assert torch.equal(A, torch.relu(H[0] @ H[0].T) / 3)
+    assert torch.equal(A, torch.relu(H[0] @ H[0].T) / 3)  # integer scores, the same division by 3
 
 
 def test_hard_attention_averages_ties_and_respects_causality():
@@ -55,7 +55,7 @@ def test_feed_forward_formula_and_residual_flag():
     H = torch.tensor([[[2.0, 1.0]]], dtype=F64)
     hidden = torch.relu(torch.tensor([2 - 1 + 0.5, 2 - 1.0], dtype=F64))  # [1.5, 1]
     out = W2 @ hidden + b2
-    assert torch.equal(FeedForward(W1, b1, W2, b2)(H)[0, 0], H[0, 0] + out)
+    assert torch.equal(FeedForward(W1, b1, W2, b2)(H)[0, 0], H[0, 0] + out)  # small dyadic values: exact
     assert torch.equal(FeedForward(W1, b1, W2, b2, residual=False)(H)[0, 0], out)
 
 
@@ -84,7 +84,7 @@ def test_layout_slots_and_builder():
     layer = ff.build(min_width=4)
     assert layer.hidden_width == 4
     H = torch.tensor([[[1.0, 0.5, 0.0]]], dtype=F64)
-    assert torch.equal(layer(H)[0, 0], torch.tensor([4.0, 0.5, 0.75], dtype=F64))
+    assert torch.equal(layer(H)[0, 0], torch.tensor([4.0, 0.5, 0.75], dtype=F64))  # dyadic values: exact
     with pytest.raises(ValueError, match="slot 'a' already exists"):
         lay.add("a")
     with pytest.raises(ValueError, match="unknown slot 'c'"):

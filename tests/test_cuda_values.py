@@ -103,7 +103,7 @@ def test_bench_palindrome_transformer():
     dev, cpu = case.forward(case.build(DEV)), case.forward(case.build(CPU))
     assert on(CPU, dev.outputs, dev.writes, dev.F)  # the Trace comes back on the CPU
     assert same_tensor(dev.outputs, cpu.outputs) and same_tensor(dev.writes, cpu.writes)
-    assert torch.equal(dev.F > 0, cpu.F > 0)
+    assert torch.equal(dev.F > 0, cpu.F > 0)  # signs of F = +-1: far from 0
 
 
 # --- turing --------------------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def test_turing_tm_robustness(parity_models):
     assert rd > 0 and abs(rd - rc) <= hi / 2**iters  # the bisection's own tolerance
     for attack in (rb.readout_attack, rb.correction_row_attack):
         (rad_d, flip_d), (rad_c, flip_c) = attack(dev, xs), attack(cpu, xs)
-        assert on(CPU, rad_d, flip_d) and same_tensor(rad_d, rad_c) and torch.equal(flip_d, flip_c)
+        assert on(CPU, rad_d, flip_d) and same_tensor(rad_d, rad_c) and torch.equal(flip_d, flip_c)  # flips: booleans
     refs = cpu.run_batch(xs)
     pd = rb.push_tolerance(dev, xs, refs, iters=iters)
     pc = rb.push_tolerance(cpu, xs, refs, iters=iters)

@@ -36,7 +36,7 @@ def test_squaring_sup_error_exact_and_attained(m):
     assert float(err.max()) == 4.0 ** -(m + 1)
     mid = (2 * torch.arange(2**m, dtype=F64) + 1) / 2 ** (m + 1)
     assert torch.equal(fd.run_squaring(model, mid) - mid**2, torch.full_like(mid, 4.0 ** -(m + 1)))
-    assert torch.equal(fd.run_squaring(model, x), fd.square_interp_closed_form(x, m))
+    assert torch.equal(fd.run_squaring(model, x), fd.square_interp_closed_form(x, m))  # dyadic x: both exact
     assert model.depth == m and model.width == 2
 
 
@@ -68,6 +68,7 @@ def test_trace_agrees_with_return_all():
     summer = fd.build_token_sum(2, 4)
     H = summer.embed(x=torch.rand(3, 4, 2, dtype=F64))
     (name,) = summer.layer_names
+    # W_Q = W_K = 0: equal scores
     assert torch.equal(summer.trace(H).attention[name], torch.full((3, 1, 4, 4), 0.25, dtype=F64))
 
 
@@ -79,6 +80,7 @@ def test_perturbed_core_breaks_exactness():
     X = torch.randint(0, 64, (3, 8, 2), dtype=F64) / 64
     with perturb(scale=1 + 1e-3):
         assert float((fd.run_squaring(sq, x) - fd.square_interp_closed_form(x, 5)).abs().max()) > 1e-4
+        # exact unperturbed; 1e-3 off perturbed
         assert not torch.equal(summer.read(summer(summer.embed(x=X)), "sum"), X.sum(1, keepdim=True).expand(3, 8, 2))
 
 
@@ -89,7 +91,7 @@ def test_perturbed_core_breaks_abs_max_and_the_sign_of_the_squaring_error():
     sq = fd.build_squaring(6)
     with perturb(scale=1 + 1e-3):
         H = absmax(absmax.embed(x=g.reshape(1, -1), y=g.flip(0).reshape(1, -1)))
-        assert not torch.equal(absmax.read(H, "abs")[0, :, 0], g.abs())
+        assert not torch.equal(absmax.read(H, "abs")[0, :, 0], g.abs())  # exact unperturbed; 1e-3 off perturbed
         assert float((fd.run_squaring(sq, x) - x**2).min()) < 0  # f_m - x^2 >= 0 no longer holds
 
 

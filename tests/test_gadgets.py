@@ -125,11 +125,11 @@ def test_fnn_and_lemma2_conversion():
     H = torch.zeros(400, 1, W, dtype=F64)
     H[:, 0, :2] = X
     converted = run(plan, h=H)[:, 0, 0]
-    assert torch.equal(converted, net(X)[:, 0])
+    assert torch.equal(converted, net(X)[:, 0])  # 10-bit dyadic X, dyadic weights: both exact
     # the residual gadget computes the same psi
     prod = scalar_plan(gd.product({"x": 1.0}, {"y": 1.0}, "p", 2, 2), inputs=("x", "y"))
     psi = prod.layout.read(run(prod, x=X[:, 0][None], y=X[:, 1][None]), "p")[0, :, 0]
-    assert torch.equal(psi, net(X)[:, 0])
+    assert torch.equal(psi, net(X)[:, 0])  # dyadic: exact
     H_neg = torch.zeros(1, 1, W, dtype=F64)
     H_neg[0, 0, :2] = torch.tensor([-0.5, 0.5])
     assert abs(float(run(plan, h=H_neg)[0, 0, 0] - net(torch.tensor([[-0.5, 0.5]]))[0, 0])) > 0.1

@@ -1,6 +1,7 @@
 """The rendered book as a reader sees it (run after `make book-stored`; `make test-html`).
 
-No object reprs in outputs, no code or output line over 88 characters, no TeX in page titles, every
+No object reprs in outputs, no code or output line over 88 characters, no unfolded code cell over 40
+lines (median at most 15), no TeX in page titles, every
 image present, captioned and described, no claim row shown twice on a page, no reference without its
 text, every page of the TOC rendered. Parses _build/html with the standard library.
 """
@@ -261,3 +262,32 @@ def test_links_to_a_page_read_its_section_number():
             seen += 1
             assert role == "numref" and re.fullmatch(r"Section \d+\.\d+", text), (page.name, kind, role, text)
     assert seen >= 60, seen
+
+
+_CELL = re.compile(r'<div class="cell( [^"]*)?"')
+_INPUT_PRE = re.compile(r'class="cell_input[^"]*".*?<pre[^>]*>(.*?)</pre>', re.S)
+
+
+def visible_code_cells(name: str) -> list[int]:
+    """Line counts of the code cells a reader sees unfolded on a rendered page (input neither hidden nor
+    folded behind a toggle)."""
+    text = (HTML / f"{name}.html").read_text(encoding="utf-8")
+    starts = [(m.start(), m.group(1) or "") for m in _CELL.finditer(text)]
+    counts = []
+    for (start, cls), (end, _) in zip(starts, starts[1:] + [(len(text), "")]):
+        if "tag_hide-input" in cls or "tag_hide-cell" in cls or "tag_remove" in cls:
+            continue
+        match = _INPUT_PRE.search(text, start, end)
+        if match:
+            counts.append(len(re.sub(r"<[^>]+>", "", match.group(1)).rstrip("\n").splitlines()))
+    return counts
+
+
+def test_no_visible_code_cell_over_40_lines():
+    """Every notebook page as rendered: the unfolded code cells are at most 40 lines, their median at most 15."""
+    counts = {name: visible_code_cells(name) for chapter in toc_chapters(ROOT) for name in chapter}
+    long = {name: [n for n in c if n > 40] for name, c in counts.items() if any(n > 40 for n in c)}
+    assert not long, f"visible code cells over 40 lines: {long}"
+    every = sorted(n for c in counts.values() for n in c)
+    assert len(every) > 200, f"only {len(every)} visible code cells found: is the cell markup still parsed?"
+    assert every[len(every) // 2] <= 15, f"median visible code cell {every[len(every) // 2]} lines"

@@ -151,7 +151,7 @@ def test_relu_transformer_is_projected_gd_and_box_is_active():
     m = _model("relu", box=0.6, eta=10.0, L=3)
     X, Y, xq, w0 = V.random_prompt(m, 2, seed=11)
     ws = m.run(X, Y, xq, w0)
-    assert ws.shape == (2, m.L + 1, m.spec.D_N) and torch.equal(ws[:, 0], w0)
+    assert ws.shape == (2, m.L + 1, m.spec.D_N) and torch.equal(ws[:, 0], w0)  # the embedded w0, read back
     proj = V.reference_gd(m, X, Y, w0)
     free = V.reference_gd(m, X, Y, w0, box=None)
     assert float((ws - proj).abs().max()) <= 1e-9
@@ -578,7 +578,7 @@ def test_a_run_outside_the_tables_range_raises_and_the_a_priori_range_does_not()
     safe = build_transformer(**kw)
     H = safe.embed(*prompt)
     worst = max(float(safe.preactivations(H, j).abs().max()) for j in (1,))
-    assert worst <= safe.R and torch.equal(safe(H), safe.block_states(H)[-1])
+    assert worst <= safe.R and torch.equal(safe(H), safe.block_states(H)[-1])  # both run self._run
     assert torch.equal(safe(H.numpy()), safe(H))  # an array is taken as float64 tokens
     with pytest.raises(ValueError, match=r"H must have shape \(\*, \*, "):
         safe(H[..., :-1])

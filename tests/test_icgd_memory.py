@@ -67,6 +67,7 @@ def test_shared_blocks_store_their_index_entries_once():
 def test_dense_accessors_and_outputs_equal_the_dense_construction(models):
     sparse, dense = models
     want, got = dense.state_dict(), sparse.state_dict()
+    # no index written twice: the same values
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
     a, b = sparse.layer("b1.deriv"), dense.layer("b1.deriv")
     assert torch.equal(a.heads[5].W_Q, b.heads[5].W_Q) and torch.equal(a.W_O, b.W_O)

@@ -128,6 +128,7 @@ def test_hard_attention_unmasked_path_equals_an_all_present_mask_bitwise():
                               null_value=rand(h, 3, seed=23))
     H = rand(B, n, D, seed=12).round()  # integer scores: ties among the winners
     everyone = torch.ones(B, n, dtype=torch.bool)
+    # integer scores: the same weights 1/k, then the same path
     assert torch.equal(layer(H), layer(H, key_mask=everyone))
     weights = layer.attention_weights(H)
     assert torch.equal(weights, layer.attention_weights(H, key_mask=everyone))
@@ -231,21 +232,22 @@ def test_feed_forward_and_transformer_names():
     model = Transformer([Block(attention=att, feed_forward=ff)])
     assert [n for n, _ in model.named_sublayers()] == ["block0.attn", "block0.ff"]
     states = model(H, return_all=True)
-    assert len(states) == 3 and torch.equal(states[-1], model(H))
+    assert len(states) == 3 and torch.equal(states[-1], model(H))  # forward is the return_all loop
 
 
 def test_perturb_scales_noises_and_selects():
     W = random_stack(3, 2, 2, 4)
     layer = Attention.stacked(**W, name="A1")
     H = rand(2, 5, 4, seed=10)
-    update = layer(H) - H
+    y = layer(H)
+    update = y - H
     with perturb(scale=1 + 1e-3) as p:
         torch.testing.assert_close(layer(H) - H, update * (1 + 1e-3), rtol=1e-12, atol=1e-12)
     assert p.hits == 1
     with perturb(scale=0.0, names=["B*"]) as p:
-        assert torch.equal(layer(H), H + update) and p.hits == 0
+        assert torch.equal(layer(H), y) and p.hits == 0  # no layer selected: the same path as without
     with perturb(scale=0.0, kinds=["attn"]):
-        assert torch.equal(layer(H), H)
+        assert torch.equal(layer(H), H)  # the update scaled by 0: H + 0
     with perturb(add=0.1, seed=3):
         noisy = layer(H) - H
     assert 0 < float((noisy - update).abs().max()) <= 0.1

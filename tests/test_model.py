@@ -52,7 +52,7 @@ def test_names_are_set_and_reach_perturb():
     with perturb(scale=0.0, names=["F"]) as p:
         out = model(H)
     assert p.hits == 1
-    assert torch.equal(out, model.layer("E")(model.layer("A")(H)))
+    assert torch.equal(out, model.layer("E")(model.layer("A")(H)))  # F scaled by 0, E's zero weights: + 0 exactly
 
 
 def test_from_blocks_names_layers_and_keeps_blocks():

@@ -1,6 +1,7 @@
 """Every notebook of the book starts with the install cell (URL from _config.yml), hidden and skipped."""
 import pathlib
 import re
+import statistics
 
 import nbformat
 import pytest
@@ -114,6 +115,9 @@ def test_folding_rule():
     assert not notebooks.folds(code("import ipywidgets as widgets\nimport torch"))  # imports stay visible
     assert notebooks.folds(code("claims.show()\nmore.show()  # both tables"))
     assert not notebooks.folds(code("err = model(X) - f(X)\nclaims.check('Lemma 1', 'x', err, 1.0)\nclaims.show()"))
+    assert notebooks.folds(code("# Lemma 1\nclaims.check('Lemma 1', 'x',\n             err, 1.0)\nverify.check_query(c, m)\nc.show()"))
+    assert not notebooks.folds(code("claims.show()\nx = 1"))
+    assert not notebooks.folds(code("for e in errs:\n    claims.check('Lemma 1', 'x', e, 1.0)"))  # a loop stays
     assert not notebooks.folds(nbformat.v4.new_markdown_cell("plt.show()"))
     assert not notebooks.folds(code(notebooks.install_cell_source()))
     nb = nbformat.v4.new_notebook()
@@ -187,3 +191,24 @@ def test_every_figure_has_a_caption_a_unique_name_and_alt_text():
             assert re.fullmatch(r"fig-[a-z0-9-]+", label), f"{where}: figure name {label!r} is not fig-..."
             assert label not in names, f"{where}: figure name {label} also used in {names.get(label)}"
             names[label] = where
+
+
+FOLDED = ("hide-input", "hide-cell", "remove-cell", "remove-input")
+
+
+def _visible_code_lengths(name: str) -> list[int]:
+    nb = nbformat.read(ROOT / f"{name}.ipynb", as_version=4)
+    return [len(c.source.rstrip("\n").splitlines()) for c in nb.cells
+            if c.cell_type == "code" and not set(FOLDED) & set(c.metadata.get("tags", []))]
+
+
+@pytest.mark.parametrize("name", BOOK)
+def test_no_visible_code_cell_is_over_40_lines(name):
+    """The code a reader sees builds, runs and plots; checks sit in folded cells of their own."""
+    long = [n for n in _visible_code_lengths(name) if n > 40]
+    assert not long, f"{name}: visible code cells of {long} lines (at most 40): split them or fold the checks"
+
+
+def test_visible_code_cells_are_short_across_the_book():
+    lengths = [n for name in BOOK for n in _visible_code_lengths(name)]
+    assert len(lengths) > 200 and statistics.median(lengths) <= 15, statistics.median(lengths)

@@ -68,6 +68,7 @@ def test_forward_equals_the_dense_computation(weights, monkeypatch):
 def test_accessors_state_dict_and_counts_are_dense(weights, monkeypatch):
     W_1, b_1, W_2 = weights
     layer = FeedForward(W_1, b_1, W_2, None, name="ff")
+    # accessors: the stored values, dense
     assert layer.W_1.layout == torch.strided and torch.equal(layer.W_1, W_1) and torch.equal(layer.W_2, W_2)
     dense = layer.dense()
     assert torch.equal(dense["W1"], W_1) and torch.equal(dense["W2"], W_2) and torch.equal(dense["b1"], b_1)
@@ -107,6 +108,7 @@ def test_perturb_and_weight_noise_act_as_on_the_dense_layer(weights, monkeypatch
         monkeypatch.setattr(layers.sparse, "SPARSE_MIN_NUMEL", min_numel)
         noisy.append(FeedForward(W_1.to_sparse_coo(), b_1, W_2, None))
         assert layers.hooks._WEIGHTS.hits == 3  # W_1 (given sparse), b_1, W_2: noised dense, zeros included
+    # the same seeded noise, dense
     assert not noisy[0]._sparse and torch.equal(noisy[0].W_1, noisy[1].W_1) and torch.equal(noisy[0].W_2, noisy[1].W_2)
     assert int(torch.count_nonzero(noisy[0].W_1)) == D * D
 
@@ -121,7 +123,7 @@ def test_weight_from_entries_builds_sparse_only_when_large_and_sparse():
     for r, c, v in ((rows, cols, values), (rows[:5], cols[:5], values[:5])):
         want.index_put_((torch.as_tensor(r), torch.as_tensor(c)), torch.as_tensor(v), accumulate=True)
     assert torch.allclose(W.to_dense(), want, rtol=0, atol=1e-15)
-    assert torch.equal(FeedForward(W, None, want, None).W_1, W.to_dense())
+    assert torch.equal(FeedForward(W, None, want, None).W_1, W.to_dense())  # <= 2 entries per index: one addition
     small = weight_from_entries((64, 64), [(rows[:64], cols[:64], values[:64])])
     assert small.layout == torch.strided
 
@@ -163,7 +165,7 @@ def test_construction_forward_keeps_its_input_and_runs_on_meta(weights, monkeypa
     assert torch.equal(H, saved) and out.is_contiguous()
     assert float((out - stepwise).abs().max()) < 1e-12 * float(stepwise.abs().max())
     states = model(H, return_all=True)
-    assert len(states) == 4 and torch.equal(states[-1], stepwise)
+    assert len(states) == 4 and torch.equal(states[-1], stepwise)  # return_all: the same layer-by-layer calls
     assert torch.equal(model.trace(H).states[-1], stepwise)
     meta = model.to("meta")
     result = meta(torch.empty(2, 3, D, dtype=F64, device="meta"))
@@ -188,14 +190,14 @@ def test_a_large_model_stores_its_small_sparse_weights_sparse(weights, monkeypat
     assert sorted(c._sparse) == ["W_1"] and torch.equal(c.W_1, eye[:3]) and torch.equal(c.W_2, eye[:, :3])
     assert sum(t.numel() for t in c.parameters()) + c.stored_entries() == 3 + 3 + 4 + 3 * D
     H = torch.randn(2, 3, D, generator=torch.Generator().manual_seed(8), dtype=F64)
-    assert torch.equal(c(H), dense_c.layer("c")(H))
+    assert torch.equal(c(H), dense_c.layer("c")(H))  # 0/1 weights: every product and sum exact
     assert torch.equal(model.state_dict()["layers.2.W_1"], eye[:3])
     first = FeedForward(*small)
     second = copy.copy(first)  # another layer object on the same storage, as icgd's repeated blocks
     second._parameters = dict(first._parameters)
     shared = Construction(_layout(), big + [("c", first), ("d", second)])
     assert sorted(second._sparse) == ["W_1"] and second.W_1_values is first.W_1_values  # compacted once
-    assert torch.equal(second(H), dense_c.layer("c")(H))
+    assert torch.equal(second(H), dense_c.layer("c")(H))  # 0/1 weights: exact
     with monkeypatch.context() as mp:
         mp.setattr(layers.hooks, "_WEIGHTS", layers.WeightNoise(1e-3, torch.Generator().manual_seed(0)))
         noisy = Construction(_layout(), [("a", FeedForward(W_1, b_1, W_2, None)),

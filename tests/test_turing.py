@@ -397,6 +397,7 @@ def test_wrong_containers_and_non_bit_inputs_are_refused():
                 fn(torch.tensor(X, dtype=F64))
     with pytest.raises(ValueError, match=r"X must have shape \(batch, 2\)"):
         net(torch.zeros(3, 3, dtype=F64))
+    # one gate block, no correction: integer arithmetic
     assert torch.equal(net(tg.all_inputs(2)), torch.tensor([-1.0, -1.0, -1.0, 1.0], dtype=F64))
 
 

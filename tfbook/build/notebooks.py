@@ -32,6 +32,7 @@ shutdown, and prints one line per notebook:
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import contextlib
 import copy
@@ -132,12 +133,26 @@ _WIDGETS = re.compile(r"\binteract(?:ive)?\(|\bwidgets\.\w+\(")  # building one,
 _TABLES_ONLY = re.compile(r"^(?:\s*\w+\.show\(\)[ \t]*(?:#[^\n]*)?\n?)+\s*$")
 
 
+def checks_only(source: str) -> bool:
+    """Whether a cell only records and shows claims: every top-level statement calls ``<x>.check...(...)`` or
+    ``<x>.show()``, and at least one checks (the bookkeeping that follows a computation, folded out of the way)."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    calls = [s.value.func.attr if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+             and isinstance(s.value.func, ast.Attribute) else "" for s in body]
+    return bool(calls) and all(a.startswith("check") or a == "show" for a in calls) \
+        and any(a.startswith("check") for a in calls)
+
+
 def folds(cell) -> bool:
     """Whether a code cell is folded in the book (its input hidden behind a toggle, its output shown):
-    a cell that draws a figure, builds a widget, or only shows claims tables."""
+    a cell that draws a figure, builds a widget, only shows claims tables, or only checks claims."""
     if cell.cell_type != "code" or is_install_cell(cell):
         return False
-    return bool(_PLOTS.search(cell.source) or _WIDGETS.search(cell.source) or _TABLES_ONLY.match(cell.source))
+    return bool(_PLOTS.search(cell.source) or _WIDGETS.search(cell.source) or _TABLES_ONLY.match(cell.source)
+                or checks_only(cell.source))
 
 
 def fold_cells(nb) -> int:

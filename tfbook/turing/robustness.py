@@ -6,6 +6,10 @@
   **upper bound** on the margin rho.
 * `correction_row_attack` (Turing-machine transformer): the two rows of the last correction that
   compute the terminal-state bit, moved against each other; applied to the built model, an upper bound.
+* `query_row_moves`, `apply_query_move`, `query_row_attack` (Turing-machine transformer): a rank-one move of one
+  self-attention layer's query rows that lifts a losing key past the winner of one call, at the Cauchy-Schwarz
+  cost g / (||k_l - k_w|| ||(h, 1)||) of closing the score gap g; the cheapest moves are applied to the built model
+  until one flips a prediction: an upper bound, often below the correction-row attack (keys far apart).
 * `pgd_flip`, `attacked_radius`, `circuit_parameter_attack`, `tm_parameter_attack`: projected gradient
   descent on a perturbation of **all** of theta (l2 ball of a given radius), shrinking the radius while it still
   flips an input; every radius reported was applied to the built model and flipped it: an upper bound.
@@ -25,6 +29,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -33,7 +38,7 @@ from tfbook import validate
 from tfbook.device import DTYPE
 from tfbook.layers import perturb
 from tfbook.turing.circuits import CircuitNetwork
-from tfbook.turing.transformer import TMTransformer
+from tfbook.turing.transformer import TMTransformer, Trace
 
 
 def readout_attack(model: TMTransformer, xs: Sequence[str], **run) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,6 +129,110 @@ def correction_row_attack(model: TMTransformer, xs: Sequence[str], **run) -> tup
             layer.W_1.copy_(W)
             layer.b_1.copy_(b)
     return radius, flipped
+
+
+@dataclass(frozen=True)
+class QueryMove:
+    """A rank-one move of one self-attention layer's query rows (W_Q, b_Q) that lifts a losing key past the
+    winner of one call: the call (layer, input index, step t, loser and winner slots, null key = slot 0), the score
+    gap g it closes, ||k_l - k_w||, ||(h, 1)|| and the move's norm (lift * g / (||k_l - k_w|| ||(h, 1)||))."""
+
+    layer: str
+    input: int
+    step: int
+    loser: int
+    winner: int
+    gap: float
+    key_distance: float
+    query_norm: float
+    radius: float
+
+
+def _queries_and_keys(model: TMTransformer, trace: Trace, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-attention layer ``name``: its input at every position (B, T+1, w) and its keys, null first (B, m, T+2)."""
+    layer = model.layer(name)
+    before = trace.state(trace.layer_names[trace.layer_names.index(name) - 1])  # (B, T+1, w)
+    keys, _ = layer.project_memory(before.to(layer.W_K.device))  # (B, 1, m, T+1)
+    null = layer.null_key[None, 0, :, None].expand(len(before), -1, 1)  # (B, m, 1)
+    return before, torch.cat([null, keys[:, 0]], 2).cpu()
+
+
+def query_row_moves(model: TMTransformer, xs: Sequence[str], **run) -> list[QueryMove]:
+    """Every call of every self-attention layer on the recorded run of ``xs``: the cheapest move of the layer's query
+    rows that closes the gap between the winner w and a losing key l (gap > 1/2, distinct keys), cheapest first.
+
+    The score of key j moves by <delta x, k_j> for x = (h, 1), so by Cauchy-Schwarz closing the gap g costs at least
+    g / (||k_l - k_w|| ||x||), attained by delta = g (k_l - k_w) x^T / (||k_l - k_w|| ||x||)^2."""
+    return _moves(model, model.forward_trace(list(xs), record=True, **run))
+
+
+def _moves(model: TMTransformer, trace: Trace) -> list[QueryMove]:
+    moves = []
+    for name, calls in trace.scores.items():
+        if model.layer(name).kind != "attn":
+            continue
+        before, keys = _queries_and_keys(model, trace, name)
+        x_norm = torch.sqrt((before**2).sum(2) + 1)  # (B, T+1): ||(h, 1)||
+        for t, scores in enumerate(calls):  # scores (B, t + 2)
+            top, win = scores.max(1)
+            for b in range(len(scores)):
+                dk = (keys[b, :, : t + 2] - keys[b, :, win[b], None]).norm(dim=0)  # (t + 2,)
+                gap = top[b] - scores[b]
+                cost = torch.where((gap > 0.5) & (dk > 0), gap / (dk * x_norm[b, t]), torch.full_like(gap, math.inf))
+                lose = int(cost.argmin())
+                if math.isfinite(float(cost[lose])):
+                    moves.append(QueryMove(name, b, t, lose, int(win[b]), float(gap[lose]), float(dk[lose]),
+                                           float(x_norm[b, t]), float(cost[lose])))
+    return sorted(moves, key=lambda m: m.radius)
+
+
+def apply_query_move(model: TMTransformer, xs: Sequence[str], move: QueryMove, lift: float = 1.001,
+                     **run) -> tuple[float, bool]:
+    """Move the query rows of ``move.layer`` by lift * g (k_l - k_w) x^T / (||k_l - k_w|| ||x||)^2 (keys and x from
+    the recorded run of ``xs``), run input ``xs[move.input]`` and restore the rows exactly: the move's norm, and whether
+    F changed sign (to 0 counted as a change). The rows are shared by every position and step, so only the run
+    decides whether the prediction flips."""
+    lift = validate.real("lift", lift, low=1, low_open=True)
+    return _apply(model, xs, model.forward_trace(list(xs), record=True, **run), move, lift, run)
+
+
+def _apply(model: TMTransformer, xs: Sequence[str], trace: Trace, move: QueryMove, lift: float,
+           run: dict) -> tuple[float, bool]:
+    before, keys = _queries_and_keys(model, trace, move.layer)
+    b = move.input
+    dk = keys[b, :, move.loser] - keys[b, :, move.winner]  # (m,)
+    x = torch.cat([before[b, move.step], torch.ones(1, dtype=DTYPE)])  # (w + 1,): (h, 1)
+    scores = trace.scores[move.layer][move.step][b]
+    gap = float(scores[move.winner] - scores[move.loser])
+    delta = lift * gap * torch.outer(dk, x) / float((dk @ dk) * (x @ x))  # (m, w + 1)
+    layer = model.layer(move.layer)
+    W_Q, b_Q = layer.W_Q.detach().clone(), layer.b_Q.detach().clone()
+    try:
+        with torch.no_grad():
+            layer.W_Q[0] += delta[:, :-1].to(W_Q.device)
+            layer.b_Q[0] += delta[:, -1].to(W_Q.device)
+        F_new = float(model.forward_trace([xs[b]], **run).F[0])
+    finally:
+        with torch.no_grad():
+            layer.W_Q.copy_(W_Q)
+            layer.b_Q.copy_(b_Q)
+    F = float(trace.F[b])
+    return float(delta.norm()), F_new * F <= 1e-9 * abs(F)
+
+
+def query_row_attack(model: TMTransformer, xs: Sequence[str], tries: int = 20, lift: float = 1.001,
+                     **run) -> tuple[Optional[QueryMove], float, int]:
+    """Apply the `query_row_moves` cheapest first (at most ``tries``) until one flips its input's prediction:
+    (that move, its norm, the number tried), or (None, inf, tries) when none does. The norm, applied to the built
+    model, is an upper bound on the all-layer margin; every move tried costs one run of one input."""
+    tries = validate.positive_int("tries", tries)
+    lift = validate.real("lift", lift, low=1, low_open=True)
+    trace = model.forward_trace(list(xs), record=True, **run)
+    for k, move in enumerate(_moves(model, trace)[:tries], 1):
+        norm, flipped = _apply(model, xs, trace, move, lift, run)
+        if flipped:
+            return move, norm, k
+    return None, math.inf, tries
 
 
 def _norm(tensors: Sequence[torch.Tensor]) -> float:
