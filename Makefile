@@ -30,7 +30,7 @@ UNIT := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html and not m
 # The tests of the book's machinery compute nothing another CPU's kernels could change (the executor, nbval's
 # runner, the audit and its pages, the bench, the page checks, the widgets' controls responding): the portable runs
 # leave them out.
-MACHINERY_TESTS := bench bench_storage binder claims_audit claims_audit_rules claims_page executor exercises full \
+MACHINERY_TESTS := bench bench_storage binder claims_audit claims_audit_rules claims_page executor exercises full nbval_baseline \
 	layering notebooks run_nbval run_sabotage_check widgets
 PORTABLE_UNIT := $(UNIT) $(foreach t,$(MACHINERY_TESTS),--ignore=tests/test_$(t).py)
 
@@ -49,18 +49,23 @@ test: unit nbval
 unit: $(STAMP)
 	$(QUICK) OMP_NUM_THREADS=1 $(UNIT)
 
+# make nbval records each notebook's claims and run here (tfbook.build.nbval_baseline): make test-claims takes its
+# runs without a sabotage from them instead of executing every notebook once more.
+NBVAL_BASELINE := _build/claims_audit/nbval
+
 nbval: $(STAMP)
-	$(QUICK) OMP_NUM_THREADS=1 $(NBVAL) $(NOTEBOOKS)
+	$(QUICK) OMP_NUM_THREADS=1 TFBOOK_NBVAL_BASELINE=$(NBVAL_BASELINE) $(NBVAL) $(NOTEBOOKS)
 
 ## make test-portable: the unit suite (less the machinery's tests) and nbval again under MKL's compatible mode with one
-## thread and generic ATen kernels, then the unit suite under MKL's AVX code path (nbval there too: make
-## test-portable-avx; CI's budget leaves it out).
+## thread and generic ATen kernels (the widest change of code paths measured here: every MKL product and softmax).
+## make test-portable-avx: both under MKL's AVX code path, which changes a subset of those (small mm and bmm);
+## CI's 50-minute budget leaves it out.
 test-portable: $(STAMP)
 	$(QUICK) $(PORTABLE) $(PORTABLE_UNIT)
 	$(QUICK) $(PORTABLE) $(NBVAL) --nbval-cell-timeout=$(PORTABLE_CELL_TIMEOUT) $(NOTEBOOKS)
-	$(QUICK) $(PORTABLE_AVX) $(PORTABLE_UNIT)
 
 test-portable-avx: $(STAMP)
+	$(QUICK) $(PORTABLE_AVX) $(PORTABLE_UNIT)
 	$(QUICK) $(PORTABLE_AVX) $(NBVAL) $(NOTEBOOKS)
 
 ## make test-sabotage: every chapter's unit test file (tests/test_<chapter>*.py) run with the core sabotaged by
@@ -77,9 +82,11 @@ test-mutation: $(STAMP)
 ## $(JOBS) runs at a time, and once more without training (TFBOOK_UNTRAINED=1) for the notebooks with experiment
 ## claims, into a scratch audit; then every construction claim must be broken by a sabotage and every experiment
 ## claim by the untrained run (or be on tests/claims_audit_allow.json), no other claim may move, and
-## book/claims_audit.json must be current and agree.
+## book/claims_audit.json must be current and agree. The runs without a sabotage are make nbval's where they
+## qualify (same code, library and environment, every cell passed); the others are executed.
 test-claims: $(STAMP)
-	$(PY) -m tfbook.build.claims_audit run --jobs $(JOBS) --output _build/claims_audit/audit.json
+	$(PY) -m tfbook.build.claims_audit run --jobs $(JOBS) --output _build/claims_audit/audit.json \
+		--baseline-from $(NBVAL_BASELINE)
 	$(PY) -m tfbook.build.claims_audit check --fresh _build/claims_audit/audit.json
 
 ## make claims-audit: the same runs into the stored audit, book/claims_audit.json, and the claims page (commit both).

@@ -1,4 +1,5 @@
-"""pytest plugin for the nbval runs (``-p tests.nbval_plugin``): an xfail is a failure.
+"""pytest plugin for the nbval runs (``-p tests.nbval_plugin``): an xfail is a failure, and nbval's runs
+can serve as the claims audit's runs without a sabotage.
 
 After a cell times out, nbval marks every later cell of that notebook ``xfail`` ("Previous cell
 timed out"), so a stalled notebook would otherwise end with one failure and a row of expected
@@ -6,12 +7,66 @@ failures; a rerun of single cells could even turn it green. Here every xfail (an
 reported as a failure, so the notebook fails as a whole and `tests/run_nbval.py` reruns it.
 When ``TFBOOK_NBVAL_FAILED`` names a file, the path of every notebook with a failed cell is appended
 to it (one line per failed cell; from every xdist worker).
+
+When ``TFBOOK_NBVAL_BASELINE`` names a folder (``make nbval``), each notebook's kernel writes its claims
+there and its run is recorded (`tfbook.build.nbval_baseline`): ``make test-claims`` then need not execute
+the notebook once more without a sabotage.
 """
 import os
+import pathlib
+import time
 
 import pytest
 
 FAILED_ENV = "TFBOOK_NBVAL_FAILED"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+class _Baseline:
+    """The notebook being run under ``TFBOOK_NBVAL_BASELINE``: its cells run, failures and start time."""
+
+    def __init__(self) -> None:
+        self.path, self.cells, self.failed, self.started = None, 0, False, 0.0
+
+    def begin(self, item) -> None:
+        from tfbook.build import nbval_baseline
+        from tfbook.build.claims_audit import library_hash
+
+        folder = pathlib.Path(os.environ[nbval_baseline.FOLDER_ENV])
+        self.path, self.cells, self.failed, self.started = item.path, 0, False, time.perf_counter()
+        os.environ[nbval_baseline.SINK_ENV] = nbval_baseline.start(folder, item.path, ROOT, library_hash(ROOT))
+
+    def end(self) -> None:
+        from tfbook.build import nbval_baseline
+
+        folder = pathlib.Path(os.environ[nbval_baseline.FOLDER_ENV])
+        nbval_baseline.finish(folder, self.path, ROOT, self.cells, not self.failed,
+                              time.perf_counter() - self.started)
+        os.environ.pop(nbval_baseline.SINK_ENV, None)
+        self.path = None
+
+
+_BASELINE = _Baseline()
+
+
+def _recording() -> bool:
+    return bool(os.environ.get("TFBOOK_NBVAL_BASELINE"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the first cell of a notebook (whose setup starts the kernel): point the sink at its file."""
+    if _recording() and item.path.suffix == ".ipynb" and item.path != _BASELINE.path \
+            and item.path.resolve().is_relative_to(ROOT):
+        _BASELINE.begin(item)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    if _recording() and item.path == _BASELINE.path:
+        _BASELINE.cells += 1
+        if nextitem is None or nextitem.path != item.path:
+            _BASELINE.end()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -23,6 +78,8 @@ def pytest_runtest_makereport(item, call):
         del report.wasxfail
         report.outcome = "failed"
         report.longrepr = f"{item.nodeid}: counted as a failure (nbval marked it xfail: {reason})"
+    if report.failed and item.path == _BASELINE.path:
+        _BASELINE.failed = True
     if report.failed and os.environ.get(FAILED_ENV):
         with open(os.environ[FAILED_ENV], "a") as out:
             out.write(f"{item.path}\n")

@@ -64,7 +64,9 @@ sabotage's variable (the other one emptied). A notebook's whole run is bounded b
 scratch files go to ``_build/claims_audit/<sabotage>/``. A notebook that never reaches the core
 (`no_core`: no core layer called under ``zero``, no tensor stored through one under ``weights``) is not
 executed under ``eps`` nor without a sabotage: both would run exactly what its ``zero`` run ran, which
-stands for them (``"same_as": "zero"`` in their entries).
+stands for them (``"same_as": "zero"`` in their entries). With ``--baseline-from`` (``make test-claims``,
+after ``make nbval``) a notebook whose nbval run qualifies (`tfbook.build.nbval_baseline`: every cell passed,
+the same code, library and environment) takes that run's claims as its baseline (``"same_as": "nbval"``).
 
 The stored audit, `AUDIT` (``book/claims_audit.json``, one claim per line)::
 
@@ -116,6 +118,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import pathlib
 import time
 from collections import defaultdict
@@ -125,7 +128,7 @@ from typing import Any, Optional
 
 import nbformat
 
-from tfbook.build import claims_page
+from tfbook.build import claims_page, nbval_baseline
 from tfbook.build.audit_file import AUDIT, SABOTAGES, SCHEMA, UNTRAINED, code_hash, keyed, load
 from tfbook.claims import cell_id
 
@@ -244,7 +247,7 @@ class Run:
     error: str = ""
     hits: Optional[int] = None
     claims: list[dict[str, Any]] = field(default_factory=list)
-    same_as: str = ""  # not executed: the run under this sabotage, which provably ran the same code (`NO_CORE`)
+    same_as: str = ""  # not executed here: the run that stands for it (`NO_CORE`'s zero run, or "nbval")
 
 
 def quick_seconds(nb: nbformat.NotebookNode) -> Optional[float]:
@@ -414,30 +417,36 @@ def _core_free_hint(root: pathlib.Path) -> set[str]:
 
 
 def run_audit(paths: list[pathlib.Path], root: pathlib.Path = ROOT, jobs: int = 2,
-              scratch: Optional[pathlib.Path] = None, log=print) -> dict[str, dict[str, Any]]:
+              scratch: Optional[pathlib.Path] = None, log=print,
+              baselines: Optional[dict[pathlib.Path, Run]] = None) -> dict[str, dict[str, Any]]:
     """Execute ``paths`` under every sabotage, ``jobs`` runs at a time (the longest first); return
     their audit entries by notebook path (relative to ``root``).
 
     A notebook the stored audit found `no_core` runs ``zero`` and ``weights`` first; when the fresh runs
     are `no_core` too, its ``eps`` and baseline runs are not executed but are that ``zero`` run
-    (``same_as``), otherwise they are executed after the others."""
+    (``same_as``), otherwise they are executed after the others. A notebook in ``baselines`` (nbval's runs,
+    `nbval_baselines`) takes its baseline from there instead of executing it."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     scratch = scratch or root / SCRATCH
+    baselines = baselines or {}
     budgets = {p: timeout_seconds(nbformat.read(p, as_version=4)) for p in paths}
     trains = {p for p in paths if trained(nbformat.read(p, as_version=4))}
     hint = _core_free_hint(root)
     deferred = [p for p in paths if _relative(p, root) in hint]
     later = ("eps", BASELINE)
     tasks = sorted(((p, s) for p in paths for s in (*SABOTAGES, BASELINE, *([UNTRAINED] if p in trains else []))
-                    if not (p in deferred and s in later)), key=lambda t: -budgets[t[0]])
+                    if not (p in deferred and s in later) and not (p in baselines and s == BASELINE)),
+                   key=lambda t: -budgets[t[0]])
     futures: dict[tuple[pathlib.Path, str], Any] = {}
     with ThreadPoolExecutor(jobs) as pool:
+        for p, run in baselines.items():
+            futures[(p, BASELINE)] = pool.submit(lambda run=run: run)
         for task in tasks:
             futures[task] = pool.submit(run_one, task[0], task[1], scratch, root, budgets[task[0]], log)
         for p in sorted(deferred, key=lambda p: -budgets[p]):
             first = {s: futures[(p, s)].result() for s in NO_CORE}
-            for s in later:
+            for s in (x for x in later if (p, x) not in futures):
                 if no_core(first):
                     run = replace(first["zero"], sabotage=s, seconds=0.0, same_as="zero")
                     log(f"tfbook.build.claims_audit: {_relative(p, root)} [{s}]: the zero run (no core reached)")
@@ -449,6 +458,23 @@ def run_audit(paths: list[pathlib.Path], root: pathlib.Path = ROOT, jobs: int = 
                                                futures[(p, BASELINE)].result(),
                                                futures[(p, UNTRAINED)].result() if p in trains else None)
             for p in paths}
+
+
+def nbval_baselines(folder: pathlib.Path, paths: list[pathlib.Path], root: pathlib.Path = ROOT,
+                    log=print) -> dict[pathlib.Path, Run]:
+    """The baselines nbval's recorded runs in ``folder`` can stand for (`tfbook.build.nbval_baseline`), by
+    notebook; each other notebook is logged with the reason and gets its baseline executed."""
+    library, expected = library_hash(root), nbval_baseline.expected_environment(_ENV_BASE, os.environ)
+    found = {}
+    for p in paths:
+        run, why = nbval_baseline.load(folder, p, root, library, expected)
+        if run is None:
+            log(f"tfbook.build.claims_audit: {_relative(p, root)} [{BASELINE}]: executed ({why})")
+            continue
+        found[p] = Run(_relative(p, root), BASELINE, "completed", run["seconds"], claims=run["claims"],
+                       same_as="nbval")
+    log(f"tfbook.build.claims_audit: {len(found)} of {len(paths)} runs without a sabotage taken from nbval's")
+    return found
 
 
 def trained(nb: nbformat.NotebookNode) -> bool:
@@ -753,6 +779,8 @@ def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:
     run_p.add_argument("--jobs", type=int, default=2)
     run_p.add_argument("--output", type=pathlib.Path, default=root / AUDIT)
     run_p.add_argument("--scratch", type=pathlib.Path, default=root / SCRATCH)
+    run_p.add_argument("--baseline-from", type=pathlib.Path, default=None,
+                       help="nbval's recorded runs (make nbval) as the runs without a sabotage, where they qualify")
     check_p = sub.add_parser("check", help="hashes current and the rules hold (no execution)")
     check_p.add_argument("--audit", type=pathlib.Path, default=root / AUDIT)
     check_p.add_argument("--fresh", type=pathlib.Path, default=None)
@@ -767,7 +795,8 @@ def main(argv: Optional[list[str]] = None, root: pathlib.Path = ROOT) -> int:
             parser.error(f"--jobs must be >= 1, got {args.jobs}")
         paths = [p.resolve() for p in args.notebooks] or notebooks(root)
         start = time.perf_counter()
-        entries = run_audit(paths, root, args.jobs, args.scratch)
+        baselines = nbval_baselines(args.baseline_from, paths, root) if args.baseline_from else None
+        entries = run_audit(paths, root, args.jobs, args.scratch, baselines=baselines)
         write(args.output, entries, merge=bool(args.notebooks))
         print(summary({"notebooks": entries}))
         print(f"tfbook.build.claims_audit: audited {len(paths)} notebooks in {time.perf_counter() - start:.1f} s "
