@@ -54,7 +54,7 @@ unit: $(STAMP)
 NBVAL_BASELINE := _build/claims_audit/nbval
 
 nbval: $(STAMP)
-	$(QUICK) OMP_NUM_THREADS=1 TFBOOK_NBVAL_BASELINE=$(NBVAL_BASELINE) $(NBVAL) $(NOTEBOOKS)
+	$(QUICK) OMP_NUM_THREADS=1 TFBOOK_NBVAL_BASELINE=$(NBVAL_BASELINE) TFBOOK_NBVAL_WIDGETS=1 $(NBVAL) $(NOTEBOOKS)
 
 ## make test-portable: the unit suite (less the machinery's tests) and nbval again under MKL's compatible mode with one
 ## thread and generic ATen kernels (the widest change of code paths measured here: every MKL product and softmax).

@@ -11,15 +11,83 @@ to it (one line per failed cell; from every xdist worker).
 When ``TFBOOK_NBVAL_BASELINE`` names a folder (``make nbval``), each notebook's kernel writes its claims
 there and its run is recorded (`tfbook.build.nbval_baseline`): ``make test-claims`` then need not execute
 the notebook once more without a sabotage.
+
+When ``TFBOOK_NBVAL_WIDGETS`` is set (``make nbval``), each notebook with widgets gets one more item after its
+last cell, ``widget controls``: `tests/widget_harness.py` run in the notebook's kernel sets every control as a
+reader would, after the whole notebook ran, and fails on a callback that raises, is slow or changes nothing.
 """
 import os
 import pathlib
+import queue
 import time
 
+import nbformat
 import pytest
 
+from tests import widget_harness
+
 FAILED_ENV = "TFBOOK_NBVAL_FAILED"
+WIDGETS_ENV = "TFBOOK_NBVAL_WIDGETS"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+class WidgetError(Exception):
+    """A widget control that fails `widget_harness.problems`, or a harness that could not run."""
+
+
+class WidgetControls(pytest.Item):
+    """Every widget control of a notebook set from code in nbval's kernel, after the notebook's last cell."""
+
+    def runtest(self) -> None:
+        kernel = getattr(self.parent, "kernel", None)
+        if kernel is None or not kernel.is_alive():
+            raise WidgetError("the notebook's kernel is not running (an earlier cell failed or timed out)")
+        msg_id = kernel.execute_cell_input(widget_harness.HARNESS, allow_stdin=False)
+        deadline = time.monotonic() + widget_harness.TIMEOUT_S
+        text, error = "", ""
+        try:
+            kernel.await_reply(msg_id, timeout=widget_harness.TIMEOUT_S)
+            while True:
+                msg = kernel.get_message("iopub", timeout=max(1.0, deadline - time.monotonic()))
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                kind, content = msg["msg_type"], msg["content"]
+                if kind == "status" and content["execution_state"] == "idle":
+                    break
+                if kind == "stream":
+                    text += content["text"]
+                elif kind == "error":
+                    error = f"{content['ename']}: {content['evalue']}"
+        except queue.Empty:
+            raise WidgetError(f"the harness did not finish within {widget_harness.TIMEOUT_S} s") from None
+        if error:
+            raise WidgetError(f"the harness raised {error}")
+        found = widget_harness.problems(widget_harness.report(text))
+        if found:
+            raise WidgetError("\n".join(found))
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, (WidgetError, ValueError)):
+            return f"{self.path}: widget controls: {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.path}::widget controls"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Under ``TFBOOK_NBVAL_WIDGETS``, a `WidgetControls` item after the last cell of a notebook with widgets."""
+    outcome = yield
+    if not os.environ.get(WIDGETS_ENV) or type(collector).__name__ != "IPyNbFile":
+        return
+    report = outcome.get_result()
+    if report.passed and widget_harness.has_widgets(nbformat.read(collector.path, as_version=4)):
+        report.result.append(WidgetControls.from_parent(collector, name="widget controls"))
+
+
+def _is_cell(item) -> bool:
+    return type(item).__name__ == "IPyNbCell"
 
 
 class _Baseline:
@@ -64,7 +132,7 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
     if _recording() and item.path == _BASELINE.path:
-        _BASELINE.cells += 1
+        _BASELINE.cells += _is_cell(item)
         if nextitem is None or nextitem.path != item.path:
             _BASELINE.end()
 
@@ -78,7 +146,7 @@ def pytest_runtest_makereport(item, call):
         del report.wasxfail
         report.outcome = "failed"
         report.longrepr = f"{item.nodeid}: counted as a failure (nbval marked it xfail: {reason})"
-    if report.failed and item.path == _BASELINE.path:
+    if report.failed and item.path == _BASELINE.path and _is_cell(item):
         _BASELINE.failed = True
     if report.failed and os.environ.get(FAILED_ENV):
         with open(os.environ[FAILED_ENV], "a") as out:
