@@ -236,11 +236,11 @@ def test_stored_records_keep_the_last_record_of_each_claims_object():
 
 def test_timeout_from_quick_seconds():
     nb = nbformat.v4.new_notebook()
-    assert ca.timeout_seconds(nb) == 900
+    assert ca.timeout_seconds(nb) == 1800
     nb.metadata["tfbook"] = {"quick_seconds": 7}
     assert ca.timeout_seconds(nb) == 60
     nb.metadata["tfbook"] = {"quick_seconds": 40}
-    assert ca.timeout_seconds(nb) == 120
+    assert ca.timeout_seconds(nb) == 240
 
 
 def test_tooling_left_out_of_the_library_hash_is_imported_by_no_notebook():
