@@ -30,8 +30,8 @@ UNIT := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) -m "not html and not m
 # The tests of the book's machinery compute nothing another CPU's kernels could change (the executor, nbval's
 # runner, the audit and its pages, the bench, the page checks, the widgets' controls responding): the portable runs
 # leave them out.
-MACHINERY_TESTS := bench bench_storage binder claims_audit claims_audit_rules claims_page executor exercises full nbval_baseline \
-	layering notebooks run_nbval run_sabotage_check widgets
+MACHINERY_TESTS := bench bench_storage binder claims_audit claims_audit_rules claims_page executor exercises full \
+	layering nbval_baseline notebooks run_nbval run_sabotage_check widgets
 PORTABLE_UNIT := $(UNIT) $(foreach t,$(MACHINERY_TESTS),--ignore=tests/test_$(t).py)
 
 .PHONY: pdf browser test unit nbval test-portable test-portable-avx test-sabotage test-mutation test-claims claims-audit test-html book book-stored claims-page notebooks full \

@@ -118,7 +118,9 @@ _BASELINE = _Baseline()
 
 
 def _recording() -> bool:
-    return bool(os.environ.get("TFBOOK_NBVAL_BASELINE"))
+    from tfbook.build.nbval_baseline import FOLDER_ENV
+
+    return bool(os.environ.get(FOLDER_ENV))
 
 
 @pytest.hookimpl(tryfirst=True)
