@@ -31,6 +31,29 @@ WIDGETS_ENV = "TFBOOK_NBVAL_WIDGETS"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+def run_in_kernel(kernel, code: str, timeout: float) -> tuple[str, str]:
+    """Run ``code`` in nbval's ``kernel``: (what it printed, its error as "Name: value" or ""); TimeoutError
+    when it is not done within ``timeout`` s."""
+    msg_id = kernel.execute_cell_input(code, allow_stdin=False)
+    deadline = time.monotonic() + timeout
+    text, error = "", ""
+    try:
+        kernel.await_reply(msg_id, timeout=timeout)
+        while True:
+            msg = kernel.get_message("iopub", timeout=max(1.0, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "status" and content["execution_state"] == "idle":
+                return text, error
+            if kind == "stream":
+                text += content["text"]
+            elif kind == "error":
+                error = f"{content['ename']}: {content['evalue']}"
+    except queue.Empty:
+        raise TimeoutError(f"not done within {timeout} s") from None
+
+
 class WidgetError(Exception):
     """A widget control that fails `widget_harness.problems`, or a harness that could not run."""
 
@@ -42,23 +65,9 @@ class WidgetControls(pytest.Item):
         kernel = getattr(self.parent, "kernel", None)
         if kernel is None or not kernel.is_alive():
             raise WidgetError("the notebook's kernel is not running (an earlier cell failed or timed out)")
-        msg_id = kernel.execute_cell_input(widget_harness.HARNESS, allow_stdin=False)
-        deadline = time.monotonic() + widget_harness.TIMEOUT_S
-        text, error = "", ""
         try:
-            kernel.await_reply(msg_id, timeout=widget_harness.TIMEOUT_S)
-            while True:
-                msg = kernel.get_message("iopub", timeout=max(1.0, deadline - time.monotonic()))
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
-                kind, content = msg["msg_type"], msg["content"]
-                if kind == "status" and content["execution_state"] == "idle":
-                    break
-                if kind == "stream":
-                    text += content["text"]
-                elif kind == "error":
-                    error = f"{content['ename']}: {content['evalue']}"
-        except queue.Empty:
+            text, error = run_in_kernel(kernel, widget_harness.HARNESS, widget_harness.TIMEOUT_S)
+        except TimeoutError:
             raise WidgetError(f"the harness did not finish within {widget_harness.TIMEOUT_S} s") from None
         if error:
             raise WidgetError(f"the harness raised {error}")
@@ -95,6 +104,7 @@ class _Baseline:
 
     def __init__(self) -> None:
         self.path, self.cells, self.failed, self.started = None, 0, False, 0.0
+        self.core_layers: int | None = None
 
     def begin(self, item) -> None:
         from tfbook.build import nbval_baseline
@@ -102,14 +112,28 @@ class _Baseline:
 
         folder = pathlib.Path(os.environ[nbval_baseline.FOLDER_ENV])
         self.path, self.cells, self.failed, self.started = item.path, 0, False, time.perf_counter()
+        self.core_layers = None
         os.environ[nbval_baseline.SINK_ENV] = nbval_baseline.start(folder, item.path, ROOT, library_hash(ROOT))
+
+    def count_core_layers(self, item) -> None:
+        """After the notebook's last item, before nbval stops its kernel: the core layers the kernel built."""
+        from tfbook.build import nbval_baseline
+
+        kernel = getattr(item.parent, "kernel", None)
+        if kernel is None or not kernel.is_alive():
+            return
+        try:
+            text, error = run_in_kernel(kernel, nbval_baseline.CORE_LAYERS_CODE, 30)
+        except TimeoutError:
+            return
+        self.core_layers = None if error else nbval_baseline.core_layers(text)
 
     def end(self) -> None:
         from tfbook.build import nbval_baseline
 
         folder = pathlib.Path(os.environ[nbval_baseline.FOLDER_ENV])
         nbval_baseline.finish(folder, self.path, ROOT, self.cells, not self.failed,
-                              time.perf_counter() - self.started)
+                              time.perf_counter() - self.started, self.core_layers)
         os.environ.pop(nbval_baseline.SINK_ENV, None)
         self.path = None
 
@@ -131,11 +155,19 @@ def pytest_runtest_setup(item):
         _BASELINE.begin(item)
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
+    """Count the notebook's cells; after its last item, while its kernel still runs (nbval's teardown stops
+    it), count the core layers the kernel built, and record the run."""
+    last = _recording() and item.path == _BASELINE.path and (nextitem is None or nextitem.path != item.path)
     if _recording() and item.path == _BASELINE.path:
         _BASELINE.cells += _is_cell(item)
-        if nextitem is None or nextitem.path != item.path:
+    if last:
+        _BASELINE.count_core_layers(item)
+    try:
+        return (yield)
+    finally:
+        if last:
             _BASELINE.end()
 
 

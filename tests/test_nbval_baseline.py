@@ -1,6 +1,7 @@
 """make nbval's runs as the claims audit's runs without a sabotage (`tfbook.build.nbval_baseline`,
 `tests/nbval_plugin.py`): a passing run records every claim it checked, with the values the audit reads;
-a run with a failed cell, a run of other code, another library or other numerics is refused."""
+a run with a failed cell, a run of other code, another library or other numerics is refused; a run that
+built no core layer stands for the audit's sabotaged runs too."""
 import json
 import os
 import pathlib
@@ -28,8 +29,11 @@ def book():
     shutil.rmtree(folder)
 
 
-def notebook(path: pathlib.Path, value: str) -> pathlib.Path:
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 0.25"),
+BUILD_LAYER = "import torch\nfrom tfbook.layers import FeedForward\nf = FeedForward(torch.eye(2), None, torch.eye(2), None)"
+
+
+def notebook(path: pathlib.Path, value: str, setup: str = "x = 0.25") -> pathlib.Path:
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup),
                                                    nbformat.v4.new_code_cell(CLAIM.format(value=value))]), path)
     return path
 
@@ -89,3 +93,26 @@ def test_a_run_cut_short_is_refused(book):
     assert load(book, good) == (None, "1 of 2 cells ran")
     record.write_text(json.dumps({**run, "finished": False}))
     assert load(book, good) == (None, "the run did not finish")
+
+
+def test_a_run_that_built_no_core_layer_stands_for_the_sabotaged_runs(book, monkeypatch):
+    free = notebook(book / "free.ipynb", "x")
+    core = notebook(book / "core.ipynb", "x", setup=f"x = 0.25\n{BUILD_LAYER}")
+    assert nbval(book, free, core).returncode == 0
+    assert load(book, free)[0]["core_layers_built"] == 0 and load(book, core)[0]["core_layers_built"] == 1
+    baselines = claims_audit.nbval_baselines(book / "records", [free, core], ROOT, log=lambda *_: None)
+    executed = []
+
+    def run_one(path, sabotage, *_args, **_kw):
+        executed.append((path.name, sabotage))
+        return claims_audit.Run(path.name, sabotage, "completed", 1.0, hits=3, claims=baselines[path].claims)
+
+    monkeypatch.setattr(claims_audit, "run_one", run_one)
+    entries = claims_audit.run_audit([free, core], ROOT, jobs=1, scratch=book / "scratch", log=lambda *_: None,
+                                     baselines=baselines)
+    assert sorted(executed) == sorted(("core.ipynb", s) for s in claims_audit.SABOTAGES)
+    free_runs = entries[free.relative_to(ROOT).as_posix()]["runs"]
+    assert all(free_runs[s] == {"status": "completed", "seconds": 0.0, "hits": 0, "error": "", "same_as": "nbval"}
+               for s in claims_audit.SABOTAGES)
+    assert all(run["hits"] == 3 and "same_as" not in run
+               for run in entries[core.relative_to(ROOT).as_posix()]["runs"].values())

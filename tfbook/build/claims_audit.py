@@ -66,7 +66,9 @@ scratch files go to ``_build/claims_audit/<sabotage>/``. A notebook that never r
 executed under ``eps`` nor without a sabotage: both would run exactly what its ``zero`` run ran, which
 stands for them (``"same_as": "zero"`` in their entries). With ``--baseline-from`` (``make test-claims``,
 after ``make nbval``) a notebook whose nbval run qualifies (`tfbook.build.nbval_baseline`: every cell passed,
-the same code, library and environment) takes that run's claims as its baseline (``"same_as": "nbval"``).
+the same code, library and environment) takes that run's claims as its baseline (``"same_as": "nbval"``);
+when that run built no core layer at all (`tfbook.layers.core_layers_built`), it stands for the three
+sabotaged runs as well (``"same_as": "nbval"`` in each), since both sabotages act inside core layers only.
 
 The stored audit, `AUDIT` (``book/claims_audit.json``, one claim per line)::
 
@@ -251,6 +253,7 @@ class Run:
     hits: Optional[int] = None
     claims: list[dict[str, Any]] = field(default_factory=list)
     same_as: str = ""  # not executed here: the run that stands for it (`NO_CORE`'s zero run, or "nbval")
+    core_layers_built: Optional[int] = None  # nbval's record (`tfbook.layers.core_layers_built`), else unknown
 
 
 def quick_seconds(nb: nbformat.NotebookNode) -> Optional[float]:
@@ -428,23 +431,32 @@ def run_audit(paths: list[pathlib.Path], root: pathlib.Path = ROOT, jobs: int = 
     A notebook the stored audit found `no_core` runs ``zero`` and ``weights`` first; when the fresh runs
     are `no_core` too, its ``eps`` and baseline runs are not executed but are that ``zero`` run
     (``same_as``), otherwise they are executed after the others. A notebook in ``baselines`` (nbval's runs,
-    `nbval_baselines`) takes its baseline from there instead of executing it."""
+    `nbval_baselines`) takes its baseline from there instead of executing it, and when that run built no core
+    layer (`tfbook.layers.core_layers_built`), its three sabotaged runs too: neither sabotage can change a run
+    that never built a core layer."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     scratch = scratch or root / SCRATCH
     baselines = baselines or {}
     budgets = {p: timeout_seconds(nbformat.read(p, as_version=4)) for p in paths}
     trains = {p for p in paths if trained(nbformat.read(p, as_version=4))}
+    built_none = {p for p, run in baselines.items() if run.core_layers_built == 0}
     hint = _core_free_hint(root)
-    deferred = [p for p in paths if _relative(p, root) in hint]
+    deferred = [p for p in paths if _relative(p, root) in hint and p not in built_none]
     later = ("eps", BASELINE)
     tasks = sorted(((p, s) for p in paths for s in (*SABOTAGES, BASELINE, *([UNTRAINED] if p in trains else []))
-                    if not (p in deferred and s in later) and not (p in baselines and s == BASELINE)),
+                    if not (p in deferred and s in later) and not (p in baselines and s == BASELINE)
+                    and not (p in built_none and s in SABOTAGES)),
                    key=lambda t: -budgets[t[0]])
     futures: dict[tuple[pathlib.Path, str], Any] = {}
     with ThreadPoolExecutor(jobs) as pool:
         for p, run in baselines.items():
             futures[(p, BASELINE)] = pool.submit(lambda run=run: run)
+            if p in built_none:
+                log(f"tfbook.build.claims_audit: {_relative(p, root)} [{', '.join(SABOTAGES)}]: nbval's run "
+                    f"(no core layer built)")
+                for s in SABOTAGES:
+                    futures[(p, s)] = pool.submit(lambda s=s, run=run: replace(run, sabotage=s, seconds=0.0, hits=0))
         for task in tasks:
             futures[task] = pool.submit(run_one, task[0], task[1], scratch, root, budgets[task[0]], log)
         for p in sorted(deferred, key=lambda p: -budgets[p]):
@@ -475,7 +487,7 @@ def nbval_baselines(folder: pathlib.Path, paths: list[pathlib.Path], root: pathl
             log(f"tfbook.build.claims_audit: {_relative(p, root)} [{BASELINE}]: executed ({why})")
             continue
         found[p] = Run(_relative(p, root), BASELINE, "completed", run["seconds"], claims=run["claims"],
-                       same_as="nbval")
+                       same_as="nbval", core_layers_built=run["core_layers_built"])
     log(f"tfbook.build.claims_audit: {len(found)} of {len(paths)} runs without a sabotage taken from nbval's")
     return found
 

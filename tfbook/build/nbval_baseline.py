@@ -6,13 +6,16 @@ way, so when ``TFBOOK_NBVAL_BASELINE`` names a folder, nbval's plugin (``tests/n
 ``TFBOOK_CLAIMS_SINK`` for each notebook's kernel and records the run with `start` and `finish`::
 
     <folder>/<notebook path>.claims.jsonl   every claim the run checked (`tfbook.claims`' sink)
-    <folder>/<notebook path>.run.json       hashes, environment, cells run, whether every cell passed
+    <folder>/<notebook path>.run.json       hashes, environment, cells run, whether every cell passed,
+                                            how many core layers the kernel built (`CORE_LAYERS_CODE`)
 
 ``claims_audit run --baseline-from <folder>`` then takes a notebook's baseline from there (`load`) when that
 run passed every cell (so no claim failed: in the audit's record-only mode it would have recorded the same
 claims), ran every code cell, ran the notebook's current code with the current library, and ran with the
 environment the audit's baseline gets (`expected_environment`); otherwise the audit executes the baseline
-itself. ``make test-portable``'s nbval run does not set the variable: its numerics differ on purpose.
+itself. A run that built no core layer (`tfbook.layers.core_layers_built` is 0 after the last cell) stands
+for the audit's sabotaged runs too: both sabotages act inside core layers only. ``make test-portable``'s nbval
+run does not set the variable: its numerics differ on purpose.
 """
 from __future__ import annotations
 
@@ -30,6 +33,23 @@ SINK_ENV = "TFBOOK_CLAIMS_SINK"
 NUMERIC_ENV = ("TFBOOK_PROFILE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR", "ATEN_CPU_CAPABILITY",
                "TFBOOK_PERTURB_CORE", "TFBOOK_PERTURB_WEIGHTS", "TFBOOK_UNTRAINED", "TFBOOK_CLAIMS")
 """The variables that can change what a notebook computes or records; recorded with each run."""
+CORE_LAYERS_CODE = """import sys as _tfbook_sys
+_tfbook_hooks = _tfbook_sys.modules.get("tfbook.layers.hooks")
+print("core layers built:", 0 if _tfbook_hooks is None else _tfbook_hooks.core_layers_built())
+del _tfbook_sys, _tfbook_hooks"""
+"""Run in a notebook's kernel after its last cell: prints how many core layers the kernel built (`core_layers`)."""
+
+
+def core_layers(printed: str) -> Optional[int]:
+    """The count `CORE_LAYERS_CODE` printed (None when ``printed`` holds none).
+
+    >>> core_layers("core layers built: 0\\n"), core_layers("")
+    (0, None)
+    """
+    for line in printed.splitlines():
+        if line.startswith("core layers built: ") and line.split(": ", 1)[1].strip().isdigit():
+            return int(line.split(": ", 1)[1])
+    return None
 
 
 def _files(folder: pathlib.Path, notebook: str) -> tuple[pathlib.Path, pathlib.Path]:
@@ -65,18 +85,20 @@ def start(folder: pathlib.Path, notebook: pathlib.Path, root: pathlib.Path, libr
 
 
 def finish(folder: pathlib.Path, notebook: pathlib.Path, root: pathlib.Path, cells_run: int, passed: bool,
-           seconds: float) -> None:
-    """After ``notebook``'s last cell: record how many cells ran, whether all passed, and the time."""
+           seconds: float, core_layers_built: Optional[int] = None) -> None:
+    """After ``notebook``'s last cell: record how many cells ran, whether all passed, the time, and how many
+    core layers the kernel built (None: not known)."""
     _, record = _files(folder, notebook.resolve().relative_to(root.resolve()).as_posix())
     run = json.loads(record.read_text(encoding="utf-8"))
-    run.update(finished=True, cells_run=cells_run, passed=passed, seconds=round(seconds, 1))
+    run.update(finished=True, cells_run=cells_run, passed=passed, seconds=round(seconds, 1),
+               core_layers_built=core_layers_built)
     record.write_text(json.dumps(run), encoding="utf-8")
 
 
 def load(folder: pathlib.Path, notebook: pathlib.Path, root: pathlib.Path, library: str,
          expected: Mapping[str, str]) -> tuple[Optional[dict[str, Any]], str]:
-    """``({"claims": [...], "seconds": s}, "")`` when nbval's run of ``notebook`` can stand for the audit's
-    baseline (see the module docstring), else ``(None, why not)``."""
+    """``({"claims": [...], "seconds": s, "core_layers_built": n or None}, "")`` when nbval's run of
+    ``notebook`` can stand for the audit's baseline (see the module docstring), else ``(None, why not)``."""
     rel = notebook.resolve().relative_to(root.resolve()).as_posix()
     sink, record = _files(folder, rel)
     if not record.exists():
@@ -96,4 +118,6 @@ def load(folder: pathlib.Path, notebook: pathlib.Path, root: pathlib.Path, libra
         return None, "; ".join(why)
     claims = [json.loads(line) for line in sink.read_text(encoding="utf-8").splitlines() if line.strip()] \
         if sink.exists() else []
-    return {"claims": claims, "seconds": float(run["seconds"])}, ""
+    built = run.get("core_layers_built")
+    return {"claims": claims, "seconds": float(run["seconds"]),
+            "core_layers_built": built if isinstance(built, int) and not isinstance(built, bool) else None}, ""

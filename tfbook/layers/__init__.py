@@ -21,7 +21,8 @@ trained: every weight is handed in by a construction, and every layer does all o
 * Two process-wide sabotages, read from the environment at import, for mutation tests of the whole
   book: ``TFBOOK_PERTURB_CORE=eps`` scales every core layer's update by 1 + eps, and
   ``TFBOOK_PERTURB_WEIGHTS=eps`` adds seeded uniform noise of eps * max|w| to every entry of every
-  tensor a core layer stores. `sabotage_hits` counts what each has changed. Only the tests read them.
+  tensor a core layer stores. `sabotage_hits` counts what each has changed, `core_layers_built` the core layers
+  a process built (none built: no sabotage can change the run). Only the tests and the audit read them.
 
 The package: `common` (kinds, normalisers), `hooks` (`perturb` and the sabotages), `sparse` (sparse
 storage and `weight_from_entries`), `attention`, `feedforward`, `blocks` and `direct_sum`. Settings that tests change
@@ -41,10 +42,11 @@ from tfbook.layers.blocks import Block, Transformer
 from tfbook.layers.common import BOUNDARIES, KINDS, NORMALIZATIONS
 from tfbook.layers.direct_sum import direct_sum
 from tfbook.layers.feedforward import FeedForward
-from tfbook.layers.hooks import PERTURB_ENV, WEIGHTS_ENV, Perturbation, WeightNoise, perturb, sabotage_hits
+from tfbook.layers.hooks import (PERTURB_ENV, WEIGHTS_ENV, Perturbation, WeightNoise, core_layers_built, perturb,
+                                 sabotage_hits)
 from tfbook.layers.sparse import compact, shared_index_entries, stored_entries, weight_from_entries
 
 __all__ = ["Attention", "BOUNDARIES", "Block", "ElementwiseMultiplication", "FeedForward", "HeadView",
            "HeadWeights", "KINDS", "NORMALIZATIONS", "PERTURB_ENV", "Perturbation", "Transformer", "WEIGHTS_ENV",
-           "WeightNoise", "compact", "direct_sum", "hooks", "perturb", "sabotage_hits", "shared_index_entries", "sparse",
-           "stored_entries", "weight_from_entries"]
+           "WeightNoise", "compact", "core_layers_built", "direct_sum", "hooks", "perturb", "sabotage_hits",
+           "shared_index_entries", "sparse", "stored_entries", "weight_from_entries"]

@@ -1,7 +1,8 @@
 """The perturbation hooks of the core layers: `perturb` (a context that changes selected layers'
 updates) and the two process-wide sabotages of the claims audit, read from the environment at import
 (``TFBOOK_PERTURB_CORE``, ``TFBOOK_PERTURB_WEIGHTS``; `sabotage_hits`). `_frozen` is the one function
-through which core layers store tensors, so the place of the weight noise.
+through which core layers store tensors, so the place of the weight noise. `core_layers_built` counts the
+core layers a process has constructed, sabotage or not: where it stays 0, no sabotage can change anything.
 
 The layers read `_ACTIVE` and `_WEIGHTS` through this module (``hooks._ACTIVE``), so a test may
 replace them.
@@ -68,6 +69,7 @@ PERTURB_ENV = "TFBOOK_PERTURB_CORE"  # e.g. 1e-3: every core layer's update is s
 WEIGHTS_ENV = "TFBOOK_PERTURB_WEIGHTS"  # e.g. 1e-3: noise of 1e-3 * max|w| on every stored entry in this process
 _CORE: Optional[Perturbation] = None  # the TFBOOK_PERTURB_CORE sabotage, when set
 _WEIGHTS: Optional[WeightNoise] = None  # the TFBOOK_PERTURB_WEIGHTS sabotage, when set
+_BUILT = 0  # core layers constructed in this process (`core_layers_built`)
 
 
 @contextlib.contextmanager
@@ -150,6 +152,18 @@ def sabotage_hits() -> dict[str, int]:
     ['TFBOOK_PERTURB_CORE', 'TFBOOK_PERTURB_WEIGHTS']
     """
     return {PERTURB_ENV: 0 if _CORE is None else _CORE.hits, WEIGHTS_ENV: 0 if _WEIGHTS is None else _WEIGHTS.hits}
+
+
+def core_layers_built() -> int:
+    """How many core layers (`tfbook.layers.sparse._SparseWeights`, the base of every one) this process has
+    constructed, whatever the sabotages.
+
+    Both sabotages act inside core layers only: ``TFBOOK_PERTURB_CORE`` in their forward passes (`_perturb_update`,
+    `_head_scale`), ``TFBOOK_PERTURB_WEIGHTS`` in what their constructors store (`_frozen`). A run that built none
+    therefore computes exactly what it would compute under either, so one run without a sabotage can stand for
+    the claims audit's sabotaged runs (`tfbook.build.claims_audit`, with ``make nbval``'s records).
+    """
+    return _BUILT
 
 
 def _head_scale(layer: nn.Module, num_heads: int, device) -> Optional[torch.Tensor]:

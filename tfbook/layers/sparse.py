@@ -99,6 +99,7 @@ class _SparseWeights(nn.Module):
 
     def __init__(self):
         super().__init__()
+        hooks._BUILT += 1  # `hooks.core_layers_built`
         self._sparse: dict[str, tuple[tuple[int, ...], bool]] = {}  # name -> (dense shape, cols)
         self._weights: dict[str, bool] = {}  # every weight stored by `_store_weight`: name -> cols
 
