@@ -50,7 +50,8 @@ unit: $(STAMP)
 	$(QUICK) OMP_NUM_THREADS=1 $(UNIT)
 
 # make nbval records each notebook's claims and run here (tfbook.build.nbval_baseline): make test-claims takes its
-# runs without a sabotage from them instead of executing every notebook once more.
+# runs without a sabotage from them instead of executing every notebook once more, and a notebook's sabotaged runs
+# too when its kernel built no core layer.
 NBVAL_BASELINE := _build/claims_audit/nbval
 
 nbval: $(STAMP)
@@ -83,7 +84,8 @@ test-mutation: $(STAMP)
 ## claims, into a scratch audit; then every construction claim must be broken by a sabotage and every experiment
 ## claim by the untrained run (or be on tests/claims_audit_allow.json), no other claim may move, and
 ## book/claims_audit.json must be current and agree. The runs without a sabotage are make nbval's where they
-## qualify (same code, library and environment, every cell passed); the others are executed.
+## qualify (same code, library and environment, every cell passed); the others are executed. A qualifying run
+## that built no core layer (tfbook.layers.core_layers_built) stands for the three sabotaged runs too.
 test-claims: $(STAMP)
 	$(PY) -m tfbook.build.claims_audit run --jobs $(JOBS) --output _build/claims_audit/audit.json \
 		--baseline-from $(NBVAL_BASELINE)
