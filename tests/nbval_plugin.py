@@ -159,8 +159,9 @@ def pytest_runtest_setup(item):
 def pytest_runtest_teardown(item, nextitem):
     """Count the notebook's cells; after its last item, while its kernel still runs (nbval's teardown stops
     it), count the core layers the kernel built, and record the run."""
-    last = _recording() and item.path == _BASELINE.path and (nextitem is None or nextitem.path != item.path)
-    if _recording() and item.path == _BASELINE.path:
+    recorded = _recording() and item.path == _BASELINE.path
+    last = recorded and (nextitem is None or nextitem.path != item.path)
+    if recorded:
         _BASELINE.cells += _is_cell(item)
     if last:
         _BASELINE.count_core_layers(item)

@@ -29,7 +29,8 @@ def book():
     shutil.rmtree(folder)
 
 
-BUILD_LAYER = "import torch\nfrom tfbook.layers import FeedForward\nf = FeedForward(torch.eye(2), None, torch.eye(2), None)"
+BUILD_LAYER = ("import torch\nfrom tfbook.layers import FeedForward\n"
+               "f = FeedForward(torch.eye(2), None, torch.eye(2), None)")
 
 
 def notebook(path: pathlib.Path, value: str, setup: str = "x = 0.25") -> pathlib.Path:

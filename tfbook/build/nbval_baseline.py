@@ -47,8 +47,9 @@ def core_layers(printed: str) -> Optional[int]:
     (0, None)
     """
     for line in printed.splitlines():
-        if line.startswith("core layers built: ") and line.split(": ", 1)[1].strip().isdigit():
-            return int(line.split(": ", 1)[1])
+        head, _, count = line.partition(": ")
+        if head == "core layers built" and count.strip().isdigit():
+            return int(count)
     return None
 
 
